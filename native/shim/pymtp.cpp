@@ -1,0 +1,681 @@
+// pymtp.cpp: the C shim over llama.cpp. See pymtp.h for the contract.
+//
+// Every entry point checks its handles and arguments first, then calls
+// llama.cpp inside a try block: llama.cpp asserts (abort) on some bad input and
+// throws C++ exceptions on other, and neither may reach the Python process.
+
+#pragma GCC visibility push(default)
+#include "pymtp.h"
+#pragma GCC visibility pop
+
+#include "llama.h"
+#include "llama-ext.h"
+#include "llama-arch.h"   // internal, reachable because libllama is linked statically
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#ifndef PYMTP_LLAMA_COMMIT
+#define PYMTP_LLAMA_COMMIT "unknown"
+#endif
+#ifndef PYMTP_BACKENDS
+#define PYMTP_BACKENDS "CPU"
+#endif
+
+struct pymtp_model {
+    llama_model * model = nullptr;
+    const llama_vocab * vocab = nullptr;
+    bool mtp_loaded = false;
+    int n_contexts = 0;            // live contexts on this model
+};
+
+struct pymtp_ctx {
+    llama_context * ctx = nullptr;
+    pymtp_model * model = nullptr;
+    pymtp_ctx * target = nullptr;  // set on draft contexts
+    llama_batch_ext * batch = nullptr;
+    bool is_draft = false;
+    bool shares_memory = false;    // draft that reads the target's KV (Gemma 4 assistants)
+    bool has_hidden = false;       // decodes produce hidden rows
+    int n_drafts = 0;              // live draft contexts bound to this target
+    uint32_t n_ctx = 0, n_batch = 0, n_seq_max = 1;
+    int32_t n_vocab = 0, n_embd = 0;
+    int32_t last_tokens = 0, last_outputs = 0;
+    std::vector<uint8_t> checkpoint;
+    size_t checkpoint_size = 0;
+    int32_t checkpoint_seq = -1;
+};
+
+// ---- errors and handle registry ------------------------------------------------
+
+static thread_local std::string g_error;
+static std::mutex g_registry_mutex;
+static std::unordered_set<const void *> g_live;
+
+static int fail(int code, const char * fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    g_error = buf;
+    return code;
+}
+
+static void ok() { g_error.clear(); }
+
+static bool live(const void * p) {
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    return p != nullptr && g_live.count(p) != 0;
+}
+static void track(const void * p)   { std::lock_guard<std::mutex> lock(g_registry_mutex); g_live.insert(p); }
+static void untrack(const void * p) { std::lock_guard<std::mutex> lock(g_registry_mutex); g_live.erase(p); }
+
+#define CHECK_MODEL(m) \
+    if (!live(m)) return fail(PYMTP_ERR_HANDLE, "invalid model handle (closed or never opened)")
+#define CHECK_CTX(c) \
+    if (!live(c)) return fail(PYMTP_ERR_HANDLE, "invalid context handle (closed or never opened)")
+#define GUARD_BEGIN try {
+#define GUARD_END                                                                 \
+    } catch (const std::exception & e) {                                          \
+        return fail(PYMTP_ERR_DECODE, "llama.cpp raised: %s", e.what());          \
+    } catch (...) {                                                               \
+        return fail(PYMTP_ERR_DECODE, "llama.cpp raised an unknown exception");   \
+    }
+
+// ---- logging ---------------------------------------------------------------------
+
+static std::mutex g_log_mutex;
+static pymtp_log_fn g_log_fn = nullptr;
+static int g_log_min = PYMTP_LOG_ERROR + 1;
+static std::string g_log_line;
+static int g_log_level = PYMTP_LOG_INFO;
+static std::string g_log_last_error;   // last error line, quoted by failed loads
+
+static void on_log(ggml_log_level level, const char * text, void *) {
+    std::lock_guard<std::mutex> lock(g_log_mutex);
+    if (level != GGML_LOG_LEVEL_CONT) {
+        g_log_level = level == GGML_LOG_LEVEL_NONE ? PYMTP_LOG_INFO : (int) level;
+    }
+    g_log_line += text ? text : "";
+    if (g_log_line.empty() || g_log_line.back() != '\n') {
+        return;
+    }
+    g_log_line.pop_back();
+    if (g_log_level >= PYMTP_LOG_ERROR) {
+        g_log_last_error = g_log_line;
+    }
+    if (g_log_fn && g_log_level >= g_log_min) {
+        g_log_fn(g_log_level, g_log_line.c_str());
+    }
+    g_log_line.clear();
+}
+
+static void ensure_init() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        llama_log_set(on_log, nullptr);
+        llama_backend_init();
+    });
+}
+
+extern "C" {
+
+const char * pymtp_last_error(void) { return g_error.c_str(); }
+
+const char * pymtp_build_info(void) {
+    return "llama.cpp " PYMTP_LLAMA_COMMIT "; backends: " PYMTP_BACKENDS;
+}
+
+void pymtp_log_set(pymtp_log_fn fn, int min_level) {
+    ensure_init();
+    std::lock_guard<std::mutex> lock(g_log_mutex);
+    g_log_fn = fn;
+    g_log_min = min_level;
+}
+
+// ---- model -------------------------------------------------------------------------
+
+int pymtp_model_load(const char * path, int load_mtp, int n_gpu_layers, pymtp_model ** out) {
+    if (!path || !out) return fail(PYMTP_ERR_ARG, "path and out must not be NULL");
+    *out = nullptr;
+    FILE * f = std::fopen(path, "rb");
+    if (!f) return fail(PYMTP_ERR_LOAD, "cannot open model file '%s': %s", path, std::strerror(errno));
+    char magic[4] = {0};
+    const size_t got = std::fread(magic, 1, 4, f);
+    std::fclose(f);
+    if (got != 4 || std::memcmp(magic, "GGUF", 4) != 0) {
+        return fail(PYMTP_ERR_LOAD, "'%s' is not a GGUF file (bad magic)", path);
+    }
+    ensure_init();
+    GUARD_BEGIN
+    llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = n_gpu_layers;
+    mp.load_mtp = load_mtp != 0;
+    {
+        std::lock_guard<std::mutex> lock(g_log_mutex);
+        g_log_last_error.clear();
+    }
+    llama_model * model = llama_model_load_from_file(path, mp);
+    if (!model) {
+        std::lock_guard<std::mutex> lock(g_log_mutex);
+        return fail(PYMTP_ERR_LOAD, "llama.cpp could not load '%s'%s%s", path,
+                    g_log_last_error.empty() ? "" : ": ", g_log_last_error.c_str());
+    }
+    auto * m = new pymtp_model;
+    m->model = model;
+    m->vocab = llama_model_get_vocab(model);
+    m->mtp_loaded = load_mtp != 0 && llama_model_n_layer_nextn(model) > 0;
+    track(m);
+    *out = m;
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+int pymtp_model_free(pymtp_model * m) {
+    CHECK_MODEL(m);
+    if (m->n_contexts > 0) {
+        // Freeing the weights under a live context would crash its next decode.
+        return fail(PYMTP_ERR_ARG, "model still has %d open context(s): close them first", m->n_contexts);
+    }
+    untrack(m);
+    llama_model_free(m->model);
+    delete m;
+    ok();
+    return PYMTP_OK;
+}
+
+int pymtp_model_get_info(const pymtp_model * m, pymtp_model_info * out) {
+    CHECK_MODEL(m);
+    if (!out) return fail(PYMTP_ERR_ARG, "out must not be NULL");
+    GUARD_BEGIN
+    std::memset(out, 0, sizeof(*out));
+    if (llama_model_meta_val_str(m->model, "general.architecture", out->architecture, sizeof(out->architecture)) < 0) {
+        out->architecture[0] = '\0';
+    }
+    llama_model_desc(m->model, out->description, sizeof(out->description));
+    out->n_vocab = llama_vocab_n_tokens(m->vocab);
+    out->n_embd = llama_model_n_embd_out(m->model);
+    out->n_mtp_layers = llama_model_n_layer_nextn(m->model);
+    out->n_layer = llama_model_n_layer(m->model) - out->n_mtp_layers;
+    out->mtp_loaded = m->mtp_loaded;
+    out->n_ctx_train = llama_model_n_ctx_train(m->model);
+    out->is_recurrent = llama_model_is_recurrent(m->model);
+    out->is_hybrid = llama_model_is_hybrid(m->model);
+    // llama.cpp grants n_rs_seq only on archs that can roll recurrent state back.
+    out->rs_rollback = llm_arch_supports_rs_rollback(llm_arch_from_string(out->architecture));
+    out->token_bos = llama_vocab_bos(m->vocab);
+    out->token_eos = llama_vocab_eos(m->vocab);
+    out->token_eot = llama_vocab_eot(m->vocab);
+    out->add_bos = llama_vocab_get_add_bos(m->vocab);
+    out->n_params = llama_model_n_params(m->model);
+    out->size_bytes = llama_model_size(m->model);
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+int pymtp_model_meta(const pymtp_model * m, const char * key, char * buf, int32_t buf_size) {
+    CHECK_MODEL(m);
+    if (!key || !buf || buf_size <= 0) return fail(PYMTP_ERR_ARG, "key and buf must be given");
+    GUARD_BEGIN
+    const int32_t n = llama_model_meta_val_str(m->model, key, buf, (size_t) buf_size);
+    if (n < 0) return fail(PYMTP_ERR_ARG, "no metadata key '%s'", key);
+    ok();
+    return n;
+    GUARD_END
+}
+
+int pymtp_token_is_eog(const pymtp_model * m, int32_t token) {
+    CHECK_MODEL(m);
+    const int32_t n_vocab = llama_vocab_n_tokens(m->vocab);
+    if (token < 0 || token >= n_vocab) return fail(PYMTP_ERR_ARG, "token id %d out of range [0, %d)", token, n_vocab);
+    GUARD_BEGIN
+    return llama_vocab_is_eog(m->vocab, token) ? 1 : 0;
+    GUARD_END
+}
+
+int pymtp_tokenize(const pymtp_model * m, const char * text, int32_t text_len, int add_special, int parse_special,
+                   int32_t * out, int32_t n_max, int32_t * n_needed) {
+    CHECK_MODEL(m);
+    if (!text || text_len < 0 || (!out && n_max > 0) || n_max < 0) return fail(PYMTP_ERR_ARG, "bad tokenize arguments");
+    GUARD_BEGIN
+    const int32_t n = llama_tokenize(m->vocab, text, text_len, out, n_max, add_special != 0, parse_special != 0);
+    if (n < 0) {
+        if (n == INT32_MIN) return fail(PYMTP_ERR_ARG, "text too long to tokenize");
+        if (n_needed) *n_needed = -n;
+        return fail(PYMTP_ERR_NOSPACE, "token buffer too small: %d needed", -n);
+    }
+    ok();
+    return n;
+    GUARD_END
+}
+
+static int check_tokens(const pymtp_model * m, const int32_t * tokens, int32_t n) {
+    const int32_t n_vocab = llama_vocab_n_tokens(m->vocab);
+    for (int32_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+            return fail(PYMTP_ERR_ARG, "token id %d at index %d out of range [0, %d)", tokens[i], i, n_vocab);
+        }
+    }
+    return PYMTP_OK;
+}
+
+int pymtp_detokenize(const pymtp_model * m, const int32_t * tokens, int32_t n_tokens, int render_special,
+                     char * buf, int32_t buf_size, int32_t * n_needed) {
+    CHECK_MODEL(m);
+    if (n_tokens < 0 || (n_tokens > 0 && !tokens) || buf_size < 0 || (!buf && buf_size > 0)) {
+        return fail(PYMTP_ERR_ARG, "bad detokenize arguments");
+    }
+    if (int rc = check_tokens(m, tokens, n_tokens)) return rc;
+    GUARD_BEGIN
+    const int32_t n = llama_detokenize(m->vocab, tokens, n_tokens, buf, buf_size,
+                                       /*remove_special*/ false, /*unparse_special*/ render_special != 0);
+    if (n < 0) {
+        if (n_needed) *n_needed = -n;
+        return fail(PYMTP_ERR_NOSPACE, "text buffer too small: %d bytes needed", -n);
+    }
+    ok();
+    return n;
+    GUARD_END
+}
+
+int pymtp_token_piece(const pymtp_model * m, int32_t token, int render_special, char * buf, int32_t buf_size) {
+    CHECK_MODEL(m);
+    if (!buf || buf_size <= 0) return fail(PYMTP_ERR_ARG, "buf must be given");
+    if (int rc = check_tokens(m, &token, 1)) return rc;
+    GUARD_BEGIN
+    const int32_t n = llama_token_to_piece(m->vocab, token, buf, buf_size, 0, render_special != 0);
+    if (n < 0) return fail(PYMTP_ERR_NOSPACE, "piece buffer too small: %d bytes needed", -n);
+    ok();
+    return n;
+    GUARD_END
+}
+
+int pymtp_chat_template(const pymtp_model * m, const char * name, const char ** out) {
+    CHECK_MODEL(m);
+    if (!out) return fail(PYMTP_ERR_ARG, "out must not be NULL");
+    GUARD_BEGIN
+    const char * t = llama_model_chat_template(m->model, name);
+    if (!t) return fail(PYMTP_ERR_UNSUPPORTED, "the model has no chat template%s%s", name ? " named " : "", name ? name : "");
+    *out = t;
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+int pymtp_chat_apply(const char * tmpl, const char * const * roles, const char * const * contents, int32_t n_messages,
+                     int add_assistant, char * buf, int32_t buf_size, int32_t * n_needed) {
+    if (!tmpl || n_messages < 0 || (n_messages > 0 && (!roles || !contents)) || buf_size < 0 || (!buf && buf_size > 0)) {
+        return fail(PYMTP_ERR_ARG, "bad chat_apply arguments");
+    }
+    GUARD_BEGIN
+    std::vector<llama_chat_message> msgs((size_t) n_messages);
+    for (int32_t i = 0; i < n_messages; ++i) {
+        if (!roles[i] || !contents[i]) return fail(PYMTP_ERR_ARG, "message %d has no role or content", i);
+        msgs[i] = {roles[i], contents[i]};
+    }
+    const int32_t n = llama_chat_apply_template(tmpl, msgs.data(), msgs.size(), add_assistant != 0, buf, buf_size);
+    if (n < 0) return fail(PYMTP_ERR_UNSUPPORTED, "llama.cpp does not support this chat template");
+    if (n > buf_size) {
+        if (n_needed) *n_needed = n;
+        return fail(PYMTP_ERR_NOSPACE, "chat buffer too small: %d bytes needed", n);
+    }
+    ok();
+    return n;
+    GUARD_END
+}
+
+// ---- contexts ----------------------------------------------------------------------
+
+pymtp_ctx_params pymtp_ctx_default_params(void) {
+    pymtp_ctx_params p;
+    p.n_ctx = 4096;
+    p.n_batch = 512;
+    p.n_ubatch = 0;
+    p.n_seq_max = 1;
+    p.n_rs_seq = 0;
+    p.n_threads = 0;
+    p.n_threads_batch = 0;
+    return p;
+}
+
+static int check_params(const pymtp_ctx_params * p) {
+    if (!p) return fail(PYMTP_ERR_ARG, "params must not be NULL");
+    if (p->n_batch < 1 || p->n_batch > (1u << 20)) return fail(PYMTP_ERR_ARG, "n_batch %u out of range [1, 2^20]", p->n_batch);
+    if (p->n_ctx > (1u << 24)) return fail(PYMTP_ERR_ARG, "n_ctx %u too large", p->n_ctx);
+    if (p->n_ubatch > p->n_batch) return fail(PYMTP_ERR_ARG, "n_ubatch %u larger than n_batch %u", p->n_ubatch, p->n_batch);
+    if (p->n_seq_max < 1 || p->n_seq_max > 64) return fail(PYMTP_ERR_ARG, "n_seq_max %u out of range [1, 64]", p->n_seq_max);
+    if (p->n_rs_seq > 64) return fail(PYMTP_ERR_ARG, "n_rs_seq %u too large (at most 64)", p->n_rs_seq);
+    return PYMTP_OK;
+}
+
+static llama_context_params to_llama(const pymtp_ctx_params * p) {
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = p->n_ctx;
+    cp.n_batch = p->n_batch;
+    cp.n_ubatch = p->n_ubatch ? p->n_ubatch : p->n_batch;
+    cp.n_seq_max = p->n_seq_max;
+    cp.n_rs_seq = p->n_rs_seq;
+    cp.no_perf = true;
+    if (p->n_threads > 0) cp.n_threads = p->n_threads;
+    if (p->n_threads_batch > 0) cp.n_threads_batch = p->n_threads_batch;
+    else if (p->n_threads > 0) cp.n_threads_batch = p->n_threads;
+    return cp;
+}
+
+static pymtp_ctx * wrap(llama_context * lctx, pymtp_model * m) {
+    auto * c = new pymtp_ctx;
+    c->ctx = lctx;
+    c->model = m;
+    c->n_ctx = llama_n_ctx(lctx);
+    c->n_batch = llama_n_batch(lctx);
+    c->n_seq_max = llama_n_seq_max(lctx);
+    c->n_vocab = llama_vocab_n_tokens(m->vocab);
+    c->n_embd = llama_model_n_embd_out(m->model);
+    c->batch = llama_batch_ext_init(lctx);
+    m->n_contexts++;
+    track(c);
+    return c;
+}
+
+int pymtp_ctx_create(pymtp_model * m, const pymtp_ctx_params * p, pymtp_ctx ** out) {
+    CHECK_MODEL(m);
+    if (!out) return fail(PYMTP_ERR_ARG, "out must not be NULL");
+    *out = nullptr;
+    if (int rc = check_params(p)) return rc;
+    GUARD_BEGIN
+    llama_context_params cp = to_llama(p);
+    llama_context * lctx = llama_init_from_model(m->model, cp);
+    if (!lctx) return fail(PYMTP_ERR_UNSUPPORTED, "llama.cpp could not create a context (n_ctx=%u, n_batch=%u)", p->n_ctx, p->n_batch);
+    pymtp_ctx * c = wrap(lctx, m);
+    if (m->mtp_loaded) {
+        // The MTP head consumes the trunk's hidden row of every position.
+        llama_set_embeddings_nextn(lctx, true, /*masked*/ false);
+        c->has_hidden = true;
+    }
+    *out = c;
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+int pymtp_draft_create(pymtp_ctx * target, const pymtp_ctx_params * p, pymtp_ctx ** out) {
+    CHECK_CTX(target);
+    if (!out) return fail(PYMTP_ERR_ARG, "out must not be NULL");
+    *out = nullptr;
+    if (target->is_draft) return fail(PYMTP_ERR_ARG, "a draft context binds to a target context, not to a draft");
+    if (!target->model->mtp_loaded) {
+        return fail(PYMTP_ERR_UNSUPPORTED, "the model has no MTP blocks loaded: nothing to draft with");
+    }
+    if (int rc = check_params(p)) return rc;
+    GUARD_BEGIN
+    llama_context_params cp = to_llama(p);
+    cp.n_ctx = target->n_ctx;    // the head sees the same positions as the trunk
+    cp.n_rs_seq = 0;
+    cp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+    cp.ctx_other = target->ctx;
+    llama_context * lctx = llama_init_from_model(target->model->model, cp);
+    if (!lctx) return fail(PYMTP_ERR_UNSUPPORTED, "llama.cpp could not create an MTP draft context for this model");
+    pymtp_ctx * c = wrap(lctx, target->model);
+    c->is_draft = true;
+    c->target = target;
+    c->has_hidden = true;
+    c->shares_memory = llama_get_ctx_other(lctx) == target->ctx;
+    llama_set_embeddings_nextn(lctx, true, /*masked*/ true);
+    target->n_drafts++;
+    *out = c;
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+int pymtp_ctx_free(pymtp_ctx * c) {
+    CHECK_CTX(c);
+    if (c->n_drafts > 0) return fail(PYMTP_ERR_ARG, "free the %d draft context(s) bound to this target first", c->n_drafts);
+    untrack(c);
+    if (c->target) c->target->n_drafts--;
+    c->model->n_contexts--;
+    llama_batch_ext_free(c->batch);
+    llama_free(c->ctx);
+    delete c;
+    ok();
+    return PYMTP_OK;
+}
+
+int pymtp_ctx_get_info(const pymtp_ctx * c, pymtp_ctx_info * out) {
+    CHECK_CTX(c);
+    if (!out) return fail(PYMTP_ERR_ARG, "out must not be NULL");
+    out->n_ctx = c->n_ctx;
+    out->n_batch = c->n_batch;
+    out->n_rs_seq = llama_n_rs_seq(c->ctx);
+    out->n_vocab = c->n_vocab;
+    out->n_embd = c->n_embd;
+    out->is_draft = c->is_draft;
+    out->n_threads = llama_n_threads(c->ctx);
+    ok();
+    return PYMTP_OK;
+}
+
+int pymtp_ctx_set_threads(pymtp_ctx * c, int32_t n_threads, int32_t n_threads_batch) {
+    CHECK_CTX(c);
+    if (n_threads < 1 || n_threads > 1024 || n_threads_batch < 1 || n_threads_batch > 1024) {
+        return fail(PYMTP_ERR_ARG, "thread counts must be in [1, 1024]");
+    }
+    llama_set_n_threads(c->ctx, n_threads, n_threads_batch);
+    ok();
+    return PYMTP_OK;
+}
+
+int pymtp_draft_set_head(pymtp_ctx * c, int32_t head) {
+    CHECK_CTX(c);
+    if (!c->is_draft) return fail(PYMTP_ERR_ARG, "only a draft context has MTP heads to choose from");
+    const int32_t n = llama_model_n_layer_nextn(c->model->model);
+    if (head < 0 || head >= n) return fail(PYMTP_ERR_ARG, "MTP head %d out of range [0, %d)", head, n);
+    llama_set_nextn_layer_offset(c->ctx, head);
+    ok();
+    return PYMTP_OK;
+}
+
+int pymtp_decode(pymtp_ctx * c, const int32_t * tokens, int32_t n_tokens, int32_t pos0, int32_t seq_id,
+                 const uint8_t * output, const float * hidden_first, const float * hidden_rest) {
+    CHECK_CTX(c);
+    if (!tokens) return fail(PYMTP_ERR_ARG, "tokens must not be NULL");
+    if (n_tokens < 1 || (uint32_t) n_tokens > c->n_batch) {
+        return fail(PYMTP_ERR_ARG, "batch of %d tokens: must be in [1, n_batch=%u]", n_tokens, c->n_batch);
+    }
+    if (seq_id < 0 || (uint32_t) seq_id >= c->n_seq_max) {
+        return fail(PYMTP_ERR_ARG, "seq_id %d out of range [0, %u)", seq_id, c->n_seq_max);
+    }
+    if (pos0 < 0 || (int64_t) pos0 + n_tokens > (int64_t) c->n_ctx) {
+        return fail(PYMTP_ERR_ARG, "positions [%d, %d) do not fit the context (n_ctx=%u)", pos0, pos0 + n_tokens, c->n_ctx);
+    }
+    if (int rc = check_tokens(c->model, tokens, n_tokens)) return rc;
+    if (c->is_draft) {
+        if (!hidden_first || (n_tokens > 1 && !hidden_rest)) {
+            return fail(PYMTP_ERR_ARG, "a draft decode pairs every token with a target hidden row: hidden rows missing");
+        }
+    } else if (hidden_first || hidden_rest) {
+        return fail(PYMTP_ERR_ARG, "hidden rows are inputs of draft contexts only");
+    }
+    GUARD_BEGIN
+    if (!c->shares_memory) {
+        const llama_pos pmax = llama_memory_seq_pos_max(llama_get_memory(c->ctx), seq_id);
+        if (pmax >= 0 && pos0 != pmax + 1) {
+            return fail(PYMTP_ERR_ARG, "position %d does not continue sequence %d (it ends at %d): remove positions first",
+                        pos0, seq_id, pmax);
+        }
+    }
+    llama_batch_ext * b = c->batch;
+    llama_batch_ext_clear(b);
+    int32_t n_out = 0;
+    for (int32_t i = 0; i < n_tokens; ++i) {
+        const int32_t idx = llama_batch_ext_add_token(b, seq_id, tokens[i]);
+        if (idx < 0) return fail(PYMTP_ERR_ARG, "llama.cpp refused batch row %d (code %d)", i, idx);
+        const llama_pos pos = pos0 + i;
+        llama_batch_ext_set_pos(b, idx, &pos);
+        const bool want = output ? output[i] != 0 : true;
+        llama_batch_ext_set_output_logits(b, idx, want);
+        n_out += want;
+        if (c->is_draft) {
+            const float * h = i == 0 ? hidden_first : hidden_rest + (size_t) (i - 1) * c->n_embd;
+            llama_batch_ext_set_embd_token(b, idx, llama_embd{h, 1, (size_t) c->n_embd});
+        }
+    }
+    c->last_tokens = 0;
+    c->last_outputs = 0;
+    const int32_t rc = llama_process(c->ctx, LLAMA_PROCESS_TYPE_DECODE, b);
+    if (rc != 0) {
+        const char * why = rc == 1 ? "no KV cache slot for the batch (context full)"
+                         : rc == 2 ? "aborted"
+                         : rc == -1 ? "invalid batch"
+                         : "fatal error (the sequence may hold part of the batch)";
+        return fail(PYMTP_ERR_DECODE, "decode failed: %s (code %d)", why, rc);
+    }
+    c->last_tokens = n_tokens;
+    c->last_outputs = n_out;
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+int pymtp_logits(pymtp_ctx * c, float ** out, int32_t * n_rows) {
+    CHECK_CTX(c);
+    if (!out || !n_rows) return fail(PYMTP_ERR_ARG, "out and n_rows must not be NULL");
+    *out = nullptr;
+    *n_rows = 0;
+    if (c->last_outputs == 0) return fail(PYMTP_ERR_ARG, "no logits: the last decode asked for none (or failed)");
+    GUARD_BEGIN
+    float * p = llama_get_logits(c->ctx);
+    if (!p) return fail(PYMTP_ERR_DECODE, "llama.cpp returned no logits");
+    *out = p;
+    *n_rows = c->last_outputs;
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+int pymtp_hidden(pymtp_ctx * c, float ** out, int32_t * n_rows) {
+    CHECK_CTX(c);
+    if (!out || !n_rows) return fail(PYMTP_ERR_ARG, "out and n_rows must not be NULL");
+    *out = nullptr;
+    *n_rows = 0;
+    if (!c->has_hidden) return fail(PYMTP_ERR_UNSUPPORTED, "this context has no hidden rows (the model was loaded without MTP blocks)");
+    const int32_t n = c->is_draft ? c->last_outputs : c->last_tokens;
+    if (n == 0) return fail(PYMTP_ERR_ARG, "no hidden rows: nothing decoded yet (or the last decode failed)");
+    GUARD_BEGIN
+    float * p = llama_get_embeddings_nextn(c->ctx);
+    if (!p) return fail(PYMTP_ERR_DECODE, "llama.cpp returned no hidden rows");
+    *out = p;
+    *n_rows = n;
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+int pymtp_rows_argmax(const float * rows, int32_t n_rows, int32_t n_cols, int32_t * out_ids, float * out_prob) {
+    if (!rows || !out_ids || n_rows < 0 || n_cols < 1) return fail(PYMTP_ERR_ARG, "bad rows_argmax arguments");
+    for (int32_t r = 0; r < n_rows; ++r) {
+        const float * x = rows + (size_t) r * n_cols;
+        int32_t best = 0;
+        for (int32_t j = 1; j < n_cols; ++j) {
+            if (x[j] > x[best]) best = j;
+        }
+        out_ids[r] = best;
+        if (out_prob) {
+            double sum = 0.0;
+            const float mx = x[best];
+            for (int32_t j = 0; j < n_cols; ++j) sum += std::exp((double) (x[j] - mx));
+            out_prob[r] = (float) (1.0 / sum);
+        }
+    }
+    ok();
+    return PYMTP_OK;
+}
+
+// ---- memory ---------------------------------------------------------------------------
+
+static int check_seq(const pymtp_ctx * c, int32_t seq_id) {
+    if (seq_id < 0 || (uint32_t) seq_id >= c->n_seq_max) {
+        return fail(PYMTP_ERR_ARG, "seq_id %d out of range [0, %u)", seq_id, c->n_seq_max);
+    }
+    return PYMTP_OK;
+}
+
+int pymtp_seq_rm(pymtp_ctx * c, int32_t seq_id, int32_t p0, int32_t p1) {
+    CHECK_CTX(c);
+    if (int rc = check_seq(c, seq_id)) return rc;
+    if (p0 < 0 || (p1 >= 0 && p1 < p0)) return fail(PYMTP_ERR_ARG, "bad position range [%d, %d)", p0, p1);
+    GUARD_BEGIN
+    c->last_tokens = c->last_outputs = 0;   // rows of the last decode may describe removed positions
+    if (!llama_memory_seq_rm(llama_get_memory(c->ctx), seq_id, p0, p1)) {
+        return fail(PYMTP_ERR_UNSUPPORTED,
+                    "cannot remove positions [%d, %d) of sequence %d: recurrent state cannot be cut there "
+                    "(use n_rs_seq snapshots or a checkpoint)", p0, p1, seq_id);
+    }
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+int pymtp_seq_cp(pymtp_ctx * c, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    CHECK_CTX(c);
+    if (int rc = check_seq(c, src)) return rc;
+    if (int rc = check_seq(c, dst)) return rc;
+    GUARD_BEGIN
+    llama_memory_seq_cp(llama_get_memory(c->ctx), src, dst, p0, p1);
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+int pymtp_seq_pos_max(pymtp_ctx * c, int32_t seq_id, int32_t * out) {
+    CHECK_CTX(c);
+    if (!out) return fail(PYMTP_ERR_ARG, "out must not be NULL");
+    if (int rc = check_seq(c, seq_id)) return rc;
+    GUARD_BEGIN
+    *out = llama_memory_seq_pos_max(llama_get_memory(c->ctx), seq_id);
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+int pymtp_checkpoint_save(pymtp_ctx * c, int32_t seq_id) {
+    CHECK_CTX(c);
+    if (int rc = check_seq(c, seq_id)) return rc;
+    GUARD_BEGIN
+    const auto flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
+    const size_t need = llama_state_seq_get_size_ext(c->ctx, seq_id, flags);
+    if (need > c->checkpoint.size()) c->checkpoint.resize(need);
+    const size_t n = llama_state_seq_get_data_ext(c->ctx, c->checkpoint.data(), c->checkpoint.size(), seq_id, flags);
+    if (n == 0 && need != 0) return fail(PYMTP_ERR_DECODE, "could not save the state of sequence %d", seq_id);
+    c->checkpoint_size = n;
+    c->checkpoint_seq = seq_id;
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+int pymtp_checkpoint_restore(pymtp_ctx * c, int32_t seq_id) {
+    CHECK_CTX(c);
+    if (int rc = check_seq(c, seq_id)) return rc;
+    if (c->checkpoint_seq != seq_id) return fail(PYMTP_ERR_ARG, "no checkpoint saved for sequence %d", seq_id);
+    GUARD_BEGIN
+    const size_t n = llama_state_seq_set_data_ext(c->ctx, c->checkpoint.data(), c->checkpoint_size, seq_id,
+                                                  LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+    if (n == 0 && c->checkpoint_size != 0) return fail(PYMTP_ERR_DECODE, "could not restore the state of sequence %d", seq_id);
+    c->last_tokens = c->last_outputs = 0;
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+}  // extern "C"

@@ -1,0 +1,201 @@
+/*
+ * pymtp.h: the flat C API that pymtp's Python binding calls.
+ *
+ * Mechanisms only, no policy: load a model, make a target context and an MTP
+ * draft context bound to it, decode batches, read logits and hidden ("nextn")
+ * rows in place, cut and copy sequences, checkpoint recurrent state.
+ * The speculative loop, sampling and heuristics live in Python.
+ *
+ * Conventions
+ * - Every fallible call returns an int status: PYMTP_OK (0) or a negative
+ *   PYMTP_ERR_* code; pymtp_last_error() then says what went wrong (per thread).
+ * - Inputs are checked before they reach llama.cpp (token ids, positions,
+ *   batch sizes, handles): bad input gives an error, never an abort.
+ * - Pointers returned by pymtp_logits / pymtp_hidden point into llama.cpp's
+ *   output buffers: valid only until the next decode on that context.
+ *
+ * The part between the cffi markers is plain C that cffi parses as is.
+ */
+#ifndef PYMTP_H
+#define PYMTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cffi:begin */
+
+#define PYMTP_OK              0
+#define PYMTP_ERR_ARG        -1  /* a bad argument: range, size, null pointer */
+#define PYMTP_ERR_HANDLE     -2  /* a freed or unknown model / context handle */
+#define PYMTP_ERR_LOAD       -3  /* the model file could not be loaded */
+#define PYMTP_ERR_DECODE     -4  /* llama.cpp refused or failed a decode */
+#define PYMTP_ERR_UNSUPPORTED -5 /* the model or context cannot do this */
+#define PYMTP_ERR_NOSPACE    -6  /* an output buffer is too small */
+
+#define PYMTP_LOG_DEBUG 1
+#define PYMTP_LOG_INFO  2
+#define PYMTP_LOG_WARN  3
+#define PYMTP_LOG_ERROR 4
+
+typedef struct pymtp_model pymtp_model;
+typedef struct pymtp_ctx   pymtp_ctx;
+
+/* The last error message of the calling thread ("" when none). */
+const char * pymtp_last_error(void);
+
+/* Build facts: llama.cpp commit and compiled backends ("CPU CUDA ..."). */
+const char * pymtp_build_info(void);
+
+/* llama.cpp and ggml log lines at or above min_level go to fn; fn == NULL
+ * drops them all. Lines arrive whole (llama.cpp's continuation pieces joined). */
+typedef void (*pymtp_log_fn)(int level, const char * text);
+void pymtp_log_set(pymtp_log_fn fn, int min_level);
+
+/* ---- model ---------------------------------------------------------------- */
+
+typedef struct {
+    char     architecture[64];
+    char     description[128];
+    int32_t  n_vocab;
+    int32_t  n_embd;            /* width of the hidden rows handed to the MTP head */
+    int32_t  n_layer;           /* trunk blocks (MTP blocks not counted) */
+    int32_t  n_mtp_layers;      /* MTP / NextN blocks in the file */
+    int32_t  mtp_loaded;        /* 1 when the MTP blocks were loaded */
+    int32_t  n_ctx_train;
+    int32_t  is_recurrent;      /* pure recurrent state (Mamba, RWKV...) */
+    int32_t  is_hybrid;         /* attention plus recurrent blocks (Qwen3.5...) */
+    int32_t  rs_rollback;       /* llama.cpp can roll its recurrent state back (n_rs_seq) */
+    int32_t  token_bos;         /* -1 when absent */
+    int32_t  token_eos;
+    int32_t  token_eot;
+    int32_t  add_bos;
+    uint64_t n_params;
+    uint64_t size_bytes;
+} pymtp_model_info;
+
+int  pymtp_model_load(const char * path, int load_mtp, int n_gpu_layers, pymtp_model ** out);
+int  pymtp_model_free(pymtp_model * model);   /* refused while contexts are open */
+int  pymtp_model_get_info(const pymtp_model * model, pymtp_model_info * out);
+
+/* GGUF metadata value as text; returns its length, or an error. */
+int  pymtp_model_meta(const pymtp_model * model, const char * key, char * buf, int32_t buf_size);
+
+/* 1 if the token ends generation (EOS, EOT, ...), 0 if not. */
+int  pymtp_token_is_eog(const pymtp_model * model, int32_t token);
+
+/* Fills out[0..n_max) and returns the number of tokens; when n_max is too
+ * small returns PYMTP_ERR_NOSPACE and stores the number needed in *n_needed. */
+int  pymtp_tokenize(const pymtp_model * model, const char * text, int32_t text_len,
+                    int add_special, int parse_special,
+                    int32_t * out, int32_t n_max, int32_t * n_needed);
+
+/* Bytes of the text of tokens (not NUL-terminated); NOSPACE and *n_needed as above. */
+int  pymtp_detokenize(const pymtp_model * model, const int32_t * tokens, int32_t n_tokens,
+                      int render_special, char * buf, int32_t buf_size, int32_t * n_needed);
+
+/* Bytes of one token's piece (may be part of a UTF-8 character). */
+int  pymtp_token_piece(const pymtp_model * model, int32_t token, int render_special,
+                       char * buf, int32_t buf_size);
+
+/* The GGUF's chat template (name NULL for the default); PYMTP_ERR_UNSUPPORTED if none. */
+int  pymtp_chat_template(const pymtp_model * model, const char * name, const char ** out);
+
+/* Applies a chat template (llama.cpp's built-in template matcher) to n messages. */
+int  pymtp_chat_apply(const char * tmpl, const char * const * roles, const char * const * contents,
+                      int32_t n_messages, int add_assistant, char * buf, int32_t buf_size,
+                      int32_t * n_needed);
+
+/* ---- contexts --------------------------------------------------------------- */
+
+typedef struct {
+    uint32_t n_ctx;       /* 0 = the model's training context */
+    uint32_t n_batch;     /* most tokens one decode may carry */
+    uint32_t n_ubatch;    /* 0 = n_batch */
+    uint32_t n_seq_max;   /* sequences (seq_id 0 .. n_seq_max-1) */
+    uint32_t n_rs_seq;    /* recurrent snapshots for rollback (hybrid models), 0 = none */
+    int32_t  n_threads;   /* <= 0: llama.cpp's default */
+    int32_t  n_threads_batch;
+} pymtp_ctx_params;
+
+typedef struct {
+    uint32_t n_ctx;
+    uint32_t n_batch;
+    uint32_t n_rs_seq;    /* what llama.cpp granted (0 on archs without rollback) */
+    int32_t  n_vocab;
+    int32_t  n_embd;
+    int32_t  is_draft;
+    int32_t  n_threads;
+} pymtp_ctx_info;
+
+pymtp_ctx_params pymtp_ctx_default_params(void);
+
+/* A target context: runs the trunk; every decoded row also yields its hidden row. */
+int  pymtp_ctx_create(pymtp_model * model, const pymtp_ctx_params * params, pymtp_ctx ** out);
+
+/* An MTP draft context bound to target: runs only the MTP head graph, with its
+ * own KV cache (or the target's, for shared-KV assistants). */
+int  pymtp_draft_create(pymtp_ctx * target, const pymtp_ctx_params * params, pymtp_ctx ** out);
+
+/* Frees a context (a target's draft contexts must be freed first). */
+int  pymtp_ctx_free(pymtp_ctx * ctx);
+int  pymtp_ctx_get_info(const pymtp_ctx * ctx, pymtp_ctx_info * out);
+int  pymtp_ctx_set_threads(pymtp_ctx * ctx, int32_t n_threads, int32_t n_threads_batch);
+
+/* Which MTP block a draft context runs (0 .. n_mtp_layers-1), for chained heads. */
+int  pymtp_draft_set_head(pymtp_ctx * draft, int32_t head);
+
+/*
+ * Decode n_tokens tokens of sequence seq_id at positions pos0, pos0+1, ...
+ * A non-empty sequence must continue where it ends (pos0 = pos_max + 1).
+ *
+ * output: per row, 1 to get its logits (NULL = every row). On a target
+ *   context the hidden row of every token is kept whatever output says.
+ * hidden (draft contexts only, required there): the target hidden row each
+ *   token is paired with. MTP pairs token x(p) with hidden row h(p-1), so
+ *   token 0 takes hidden_first and tokens 1.. take the rows of hidden_rest,
+ *   n_embd floats apart (typically the target's own hidden rows, read in place).
+ */
+int  pymtp_decode(pymtp_ctx * ctx, const int32_t * tokens, int32_t n_tokens, int32_t pos0,
+                  int32_t seq_id, const uint8_t * output,
+                  const float * hidden_first, const float * hidden_rest);
+
+/* Logits of the rows asked for in the last decode, in batch order:
+ * *n_rows x n_vocab floats. Valid until the next decode on ctx. */
+int  pymtp_logits(pymtp_ctx * ctx, float ** out, int32_t * n_rows);
+
+/* Hidden rows of the last decode: a target gives one per token, a draft one
+ * per output row; *n_rows x n_embd floats. Valid until the next decode on ctx. */
+int  pymtp_hidden(pymtp_ctx * ctx, float ** out, int32_t * n_rows);
+
+/* Index of the largest value of each of n_rows rows of width n_cols, and the
+ * softmax probability of that value (out_prob may be NULL). */
+int  pymtp_rows_argmax(const float * rows, int32_t n_rows, int32_t n_cols,
+                       int32_t * out_ids, float * out_prob);
+
+/* ---- memory ------------------------------------------------------------------ */
+
+/* Removes positions [p0, p1) of seq_id (p1 < 0: to the end). On hybrid models a
+ * partial removal needs n_rs_seq snapshots or a checkpoint: without them it
+ * returns PYMTP_ERR_UNSUPPORTED and the memory is unchanged. */
+int  pymtp_seq_rm(pymtp_ctx * ctx, int32_t seq_id, int32_t p0, int32_t p1);
+int  pymtp_seq_cp(pymtp_ctx * ctx, int32_t src, int32_t dst, int32_t p0, int32_t p1);
+/* Largest position held for seq_id, -1 when empty. */
+int  pymtp_seq_pos_max(pymtp_ctx * ctx, int32_t seq_id, int32_t * out);
+
+/* Save / restore the recurrent (non-rollbackable) state of seq_id into a buffer
+ * the context owns (allocated once, reused). Restore then seq_rm the positions
+ * past the checkpoint to roll a hybrid model back without n_rs_seq. */
+int  pymtp_checkpoint_save(pymtp_ctx * ctx, int32_t seq_id);
+int  pymtp_checkpoint_restore(pymtp_ctx * ctx, int32_t seq_id);
+
+/* cffi:end */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PYMTP_H */
