@@ -1,0 +1,47 @@
+"""pymtp: multi-token-prediction speculative decoding from Python, on llama.cpp.
+
+    import pymtp
+    print(pymtp.generate("def fibonacci(n):", max_tokens=64).text)
+"""
+
+from ._native import build_info, set_log_level
+from .config import GenerationConfig, SamplingConfig, SpecConfig
+from .errors import (
+    ContextFullError,
+    DecodeError,
+    InvalidHandleError,
+    ModelLoadError,
+    PymtpError,
+    UnsupportedError,
+)
+from .generate import GenerationResult, TextStream, default_model_path, generate, load, stream
+from .model import DraftContext, Model, TargetContext
+from .speculator import MTPSpeculator, SpecStats, StepResult
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ContextFullError",
+    "DecodeError",
+    "DraftContext",
+    "GenerationConfig",
+    "GenerationResult",
+    "InvalidHandleError",
+    "MTPSpeculator",
+    "Model",
+    "ModelLoadError",
+    "PymtpError",
+    "SamplingConfig",
+    "SpecConfig",
+    "SpecStats",
+    "StepResult",
+    "TargetContext",
+    "TextStream",
+    "UnsupportedError",
+    "build_info",
+    "default_model_path",
+    "generate",
+    "load",
+    "set_log_level",
+    "stream",
+]

@@ -1,0 +1,150 @@
+"""The cffi binding: loads libpymtp and turns its status codes into exceptions.
+
+ABI mode over the declarations of native/shim/pymtp.h (installed beside the
+library), so the package needs no compiler at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+
+import cffi
+
+from .errors import (
+    ContextFullError,
+    DecodeError,
+    InvalidHandleError,
+    ModelLoadError,
+    PymtpError,
+    UnsupportedError,
+)
+
+_HERE = Path(__file__).resolve().parent
+_LIB_NAMES = ("libpymtp.so", "libpymtp.dylib", "pymtp.dll")
+
+ffi = cffi.FFI()
+
+
+def _find(names: tuple[str, ...], env: str) -> Path:
+    override = os.environ.get(env)
+    if override:
+        return Path(override)
+    for name in names:
+        candidate = _HERE / name
+        if candidate.exists():
+            return candidate
+    raise ImportError(
+        f"pymtp's native library ({names[0]}) is not installed beside {_HERE}. "
+        "Install pymtp with pip (it builds the library), or point "
+        f"{env} at a built copy."
+    )
+
+
+def _cdef_text(header: Path) -> str:
+    text = header.read_text()
+    match = re.search(r"/\* cffi:begin \*/(.*)/\* cffi:end \*/", text, re.S)
+    if not match:
+        raise ImportError(f"{header} has no cffi section")
+    return match.group(1)
+
+
+_lib_path = _find(_LIB_NAMES, "PYMTP_LIBRARY")
+_header = Path(os.environ.get("PYMTP_HEADER", _lib_path.with_name("pymtp.h")))
+ffi.cdef(_cdef_text(_header))
+lib = ffi.dlopen(str(_lib_path))
+
+_ERRORS: dict[int, type[PymtpError]] = {
+    lib.PYMTP_ERR_ARG: ValueError,  # type: ignore[dict-item]
+    lib.PYMTP_ERR_HANDLE: InvalidHandleError,
+    lib.PYMTP_ERR_LOAD: ModelLoadError,
+    lib.PYMTP_ERR_DECODE: DecodeError,
+    lib.PYMTP_ERR_UNSUPPORTED: UnsupportedError,
+}
+
+
+def last_error() -> str:
+    return ffi.string(lib.pymtp_last_error()).decode("utf-8", "replace")
+
+
+def check(rc: int) -> int:
+    """Return rc when it is not an error, else raise the matching exception."""
+    if rc >= 0:
+        return rc
+    message = last_error() or f"pymtp native call failed with code {rc}"
+    if rc == lib.PYMTP_ERR_DECODE and "no KV cache slot" in message:
+        raise ContextFullError(message)
+    exc = _ERRORS.get(rc, PymtpError)
+    if exc is ValueError:
+        raise InvalidArgumentError(message)
+    raise exc(message)
+
+
+class InvalidArgumentError(PymtpError, ValueError):
+    """An argument the native layer refused (range, size, order)."""
+
+
+_ERRORS[lib.PYMTP_ERR_ARG] = InvalidArgumentError
+
+
+# ---- llama.cpp logs -> Python logging ----------------------------------------------
+
+llama_log = logging.getLogger("pymtp.llama")
+_LEVELS = {
+    lib.PYMTP_LOG_DEBUG: logging.DEBUG,
+    lib.PYMTP_LOG_INFO: logging.INFO,
+    lib.PYMTP_LOG_WARN: logging.WARNING,
+    lib.PYMTP_LOG_ERROR: logging.ERROR,
+}
+
+
+@ffi.callback("void(int, const char *)")
+def _on_log(level: int, text) -> None:  # pragma: no cover - exercised through llama.cpp
+    try:
+        llama_log.log(_LEVELS.get(level, logging.INFO), "%s", ffi.string(text).decode("utf-8", "replace"))
+    except Exception:
+        pass  # a log line must never raise into C
+
+
+def set_log_level(level: str | int | None) -> None:
+    """Forward llama.cpp's log lines at or above level to the 'pymtp.llama' logger.
+
+    None silences llama.cpp (the default, unless PYMTP_LOG is set)."""
+    if level is None:
+        lib.pymtp_log_set(ffi.NULL, lib.PYMTP_LOG_ERROR + 1)
+        return
+    if isinstance(level, str):
+        level = logging.getLevelName(level.upper())
+        if not isinstance(level, int):
+            raise ValueError(f"unknown log level {level!r}")
+    native = (
+        lib.PYMTP_LOG_DEBUG
+        if level <= logging.DEBUG
+        else lib.PYMTP_LOG_INFO
+        if level <= logging.INFO
+        else lib.PYMTP_LOG_WARN
+        if level <= logging.WARNING
+        else lib.PYMTP_LOG_ERROR
+    )
+    llama_log.setLevel(level)
+    lib.pymtp_log_set(_on_log, native)
+
+
+def _configure_logging_from_env() -> None:
+    wanted = os.environ.get("PYMTP_LOG", "").strip()
+    if not wanted:
+        set_log_level(None)
+        return
+    set_log_level(wanted)
+    if not logging.getLogger("pymtp").handlers and not logging.getLogger().handlers:
+        logging.basicConfig(format="%(name)s %(levelname)s: %(message)s")
+    logging.getLogger("pymtp").setLevel(llama_log.level)
+
+
+_configure_logging_from_env()
+
+
+def build_info() -> str:
+    return ffi.string(lib.pymtp_build_info()).decode()

@@ -1,0 +1,371 @@
+"""Typed wrappers over the shim: Model, TargetContext, DraftContext.
+
+Lifetimes: ``logits()`` and ``hidden()`` return numpy views of llama.cpp's
+output buffers. A view is valid only until the next decode, seq_rm or close on
+its context (llama.cpp may reuse or reallocate the buffer); copy the rows you
+keep (``.copy()``; a hidden row is a few KB).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ._native import check, ffi, lib
+from .errors import InvalidHandleError, ModelLoadError, UnsupportedError
+
+_F32 = np.dtype(np.float32)
+
+
+def _as_tokens(tokens: Iterable[int] | np.ndarray) -> np.ndarray:
+    try:
+        arr = np.ascontiguousarray(tokens, dtype=np.int32)
+    except (OverflowError, ValueError, TypeError) as e:
+        raise ValueError(f"tokens must be integers in the int32 range: {e}") from None
+    if arr.ndim != 1:
+        raise ValueError(f"tokens must be one-dimensional, got shape {arr.shape}")
+    return arr
+
+
+def _view(ptr, n_rows: int, n_cols: int) -> np.ndarray:
+    arr = np.frombuffer(ffi.buffer(ptr, n_rows * n_cols * 4), dtype=_F32).reshape(n_rows, n_cols)
+    arr.flags.writeable = False
+    return arr
+
+
+class Model:
+    """A GGUF model loaded by llama.cpp (weights only; contexts hold the state).
+
+    ``mtp=True`` loads the MTP / NextN blocks when the file has them.
+    A Model is safe to share between threads: its contexts serialize their
+    native calls on ``model.lock``.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, mtp: bool = True, n_gpu_layers: int = -1) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ModelLoadError(f"model file not found: {self.path}")
+        if not isinstance(n_gpu_layers, int):
+            raise TypeError("n_gpu_layers must be an int (-1 = all)")
+        out = ffi.new("pymtp_model **")
+        check(lib.pymtp_model_load(os.fsencode(self.path), int(bool(mtp)), n_gpu_layers, out))
+        self._h = out[0]
+        self.lock = threading.RLock()
+        self._contexts: weakref.WeakSet[_Context] = weakref.WeakSet()
+        info = ffi.new("pymtp_model_info *")
+        check(lib.pymtp_model_get_info(self._h, info))
+        self.architecture: str = ffi.string(info.architecture).decode()
+        self.description: str = ffi.string(info.description).decode()
+        self.n_vocab: int = info.n_vocab
+        self.n_embd: int = info.n_embd
+        self.n_layer: int = info.n_layer
+        self.n_mtp_layers: int = info.n_mtp_layers
+        self.mtp_loaded: bool = bool(info.mtp_loaded)
+        self.n_ctx_train: int = info.n_ctx_train
+        self.is_recurrent: bool = bool(info.is_recurrent or info.is_hybrid)
+        self.is_hybrid: bool = bool(info.is_hybrid)
+        self.supports_rollback: bool = bool(info.rs_rollback)
+        self.bos: int | None = info.token_bos if info.token_bos >= 0 else None
+        self.eos: int | None = info.token_eos if info.token_eos >= 0 else None
+        self.eot: int | None = info.token_eot if info.token_eot >= 0 else None
+        self.add_bos: bool = bool(info.add_bos)
+        self.n_params: int = info.n_params
+        self.size_bytes: int = info.size_bytes
+        self._piece_buf = ffi.new("char[]", 256)
+
+    # ---- lifetime ----------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    def _handle(self):
+        if self._h is None:
+            raise InvalidHandleError(f"model {self.path.name} is closed")
+        return self._h
+
+    def close(self) -> None:
+        """Free the weights (and every context still open on this model)."""
+        with self.lock:
+            if self._h is None:
+                return
+            for ctx in sorted(self._contexts, key=lambda c: not c.is_draft):
+                ctx.close()
+            check(lib.pymtp_model_free(self._h))
+            self._h = None
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.n_layer} layers + {self.n_mtp_layers} MTP"
+        return f"Model({self.path.name!r}, {self.architecture}, {state})"
+
+    # ---- vocabulary -------------------------------------------------------------------
+
+    def tokenize(self, text: str | bytes, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        n_max = len(data) + 8
+        needed = ffi.new("int32_t *")
+        with self.lock:
+            h = self._handle()
+            for _ in range(2):
+                out = ffi.new("int32_t[]", n_max)
+                rc = lib.pymtp_tokenize(h, data, len(data), add_special, parse_special, out, n_max, needed)
+                if rc == lib.PYMTP_ERR_NOSPACE:
+                    n_max = needed[0]
+                    continue
+                n = check(rc)
+                return list(out[0:n])
+        raise AssertionError("unreachable")
+
+    def detokenize_bytes(self, tokens: Sequence[int], *, render_special: bool = False) -> bytes:
+        arr = _as_tokens(tokens)
+        size = max(64, 8 * len(arr))
+        needed = ffi.new("int32_t *")
+        with self.lock:
+            h = self._handle()
+            for _ in range(2):
+                buf = ffi.new("char[]", size)
+                rc = lib.pymtp_detokenize(h, ffi.from_buffer("int32_t[]", arr), len(arr), render_special, buf, size, needed)
+                if rc == lib.PYMTP_ERR_NOSPACE:
+                    size = needed[0]
+                    continue
+                return ffi.unpack(buf, check(rc))
+        raise AssertionError("unreachable")
+
+    def detokenize(self, tokens: Sequence[int], *, render_special: bool = False) -> str:
+        return self.detokenize_bytes(tokens, render_special=render_special).decode("utf-8", "replace")
+
+    def token_bytes(self, token: int, *, render_special: bool = False) -> bytes:
+        """The bytes of one token (possibly part of a UTF-8 character)."""
+        with self.lock:
+            n = check(lib.pymtp_token_piece(self._handle(), int(token), render_special, self._piece_buf, 256))
+            return ffi.unpack(self._piece_buf, n)
+
+    def is_eog(self, token: int) -> bool:
+        """True when token ends generation (EOS, end of turn...)."""
+        return bool(check(lib.pymtp_token_is_eog(self._handle(), int(token))))
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as text, or None when the key is absent."""
+        buf = ffi.new("char[]", 4096)
+        rc = lib.pymtp_model_meta(self._handle(), key.encode(), buf, 4096)
+        return None if rc < 0 else ffi.string(buf).decode("utf-8", "replace")
+
+    def chat_template(self, name: str | None = None) -> str | None:
+        """The GGUF's chat template text, or None when it has none."""
+        out = ffi.new("const char **")
+        rc = lib.pymtp_chat_template(self._handle(), name.encode() if name else ffi.NULL, out)
+        if rc == lib.PYMTP_ERR_UNSUPPORTED:
+            return None
+        check(rc)
+        return ffi.string(out[0]).decode("utf-8", "replace")
+
+
+class _Context:
+    """State shared by target and draft contexts: a llama_context with its KV."""
+
+    is_draft = False
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.lock = model.lock
+        self._h = None
+        self._n_rows_out = ffi.new("int32_t *")
+        self._ptr_out = ffi.new("float **")
+
+    def _init_info(self) -> None:
+        info = ffi.new("pymtp_ctx_info *")
+        check(lib.pymtp_ctx_get_info(self._h, info))
+        self.n_ctx: int = info.n_ctx
+        self.n_batch: int = info.n_batch
+        self.n_rs_seq: int = info.n_rs_seq
+        self.n_vocab: int = info.n_vocab
+        self.n_embd: int = info.n_embd
+        self.model._contexts.add(self)
+
+    @staticmethod
+    def _params(n_ctx: int, n_batch: int, n_rs_seq: int, n_threads: int | None, n_seq_max: int):
+        p = ffi.new("pymtp_ctx_params *")
+        p[0] = lib.pymtp_ctx_default_params()
+        for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_rs_seq", n_rs_seq), ("n_seq_max", n_seq_max)):
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if n_batch < 1:
+            raise ValueError("n_batch must be at least 1")
+        p.n_ctx, p.n_batch, p.n_rs_seq, p.n_seq_max = n_ctx, n_batch, n_rs_seq, n_seq_max
+        p.n_threads = p.n_threads_batch = n_threads or 0
+        return p
+
+    def _handle(self):
+        if self._h is None:
+            raise InvalidHandleError(f"{type(self).__name__} is closed")
+        return self._h
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    def close(self) -> None:
+        with self.lock:
+            if self._h is None:
+                return
+            self._close_children()
+            check(lib.pymtp_ctx_free(self._h))
+            self._h = None
+
+    def _close_children(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ---- rows of the last decode (views: valid until the next decode) ----------------
+
+    def logits(self) -> np.ndarray:
+        """Logits of the rows asked for in the last decode: (rows, n_vocab), a view."""
+        with self.lock:
+            check(lib.pymtp_logits(self._handle(), self._ptr_out, self._n_rows_out))
+            return _view(self._ptr_out[0], self._n_rows_out[0], self.n_vocab)
+
+    def hidden(self) -> np.ndarray:
+        """Hidden rows the MTP head consumes: (rows, n_embd), a view."""
+        with self.lock:
+            check(lib.pymtp_hidden(self._handle(), self._ptr_out, self._n_rows_out))
+            return _view(self._ptr_out[0], self._n_rows_out[0], self.n_embd)
+
+    # ---- memory -------------------------------------------------------------------------
+
+    def seq_rm(self, p0: int, p1: int = -1, *, seq_id: int = 0) -> None:
+        """Forget positions [p0, p1) of a sequence (p1 = -1: to the end)."""
+        with self.lock:
+            check(lib.pymtp_seq_rm(self._handle(), seq_id, p0, p1))
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        with self.lock:
+            check(lib.pymtp_seq_cp(self._handle(), src, dst, p0, p1))
+
+    def pos_max(self, seq_id: int = 0) -> int:
+        """Last position held for the sequence, -1 when empty."""
+        out = ffi.new("int32_t *")
+        with self.lock:
+            check(lib.pymtp_seq_pos_max(self._handle(), seq_id, out))
+        return out[0]
+
+    def set_threads(self, n_threads: int, n_threads_batch: int | None = None) -> None:
+        with self.lock:
+            check(lib.pymtp_ctx_set_threads(self._handle(), n_threads, n_threads_batch or n_threads))
+
+    def _decode(self, tokens, pos0: int, seq_id: int, output, first, rest) -> None:
+        arr = _as_tokens(tokens)
+        if output is None:
+            out_ptr = ffi.NULL
+        else:
+            flags = np.ascontiguousarray(output, dtype=np.uint8)
+            if flags.shape != arr.shape:
+                raise ValueError(f"output flags must match the tokens: {flags.shape} vs {arr.shape}")
+            out_ptr = ffi.from_buffer("uint8_t[]", flags)
+        with self.lock:
+            check(lib.pymtp_decode(self._handle(), ffi.from_buffer("int32_t[]", arr), len(arr), pos0, seq_id,
+                                   out_ptr, first, rest))
+
+
+class TargetContext(_Context):
+    """Runs the trunk. Each decoded token also yields its hidden row (MTP models)."""
+
+    def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512, n_rs_seq: int = 0,
+                 n_threads: int | None = None, n_seq_max: int = 1) -> None:
+        super().__init__(model)
+        self._drafts: weakref.WeakSet[DraftContext] = weakref.WeakSet()
+        p = self._params(n_ctx, n_batch, n_rs_seq, n_threads, n_seq_max)
+        out = ffi.new("pymtp_ctx **")
+        with self.lock:
+            check(lib.pymtp_ctx_create(model._handle(), p, out))
+            self._h = out[0]
+            self._init_info()
+
+    def decode(self, tokens, pos0: int, *, seq_id: int = 0, output=None) -> None:
+        """Decode tokens at positions pos0, pos0+1, ...; output: per-row logits flags (None = all)."""
+        self._decode(tokens, pos0, seq_id, output, ffi.NULL, ffi.NULL)
+
+    def checkpoint_save(self, seq_id: int = 0) -> None:
+        """Save the recurrent state of a sequence (hybrid models without n_rs_seq rollback)."""
+        with self.lock:
+            check(lib.pymtp_checkpoint_save(self._handle(), seq_id))
+
+    def checkpoint_restore(self, seq_id: int = 0) -> None:
+        with self.lock:
+            check(lib.pymtp_checkpoint_restore(self._handle(), seq_id))
+
+    def _close_children(self) -> None:
+        for d in list(self._drafts):
+            d.close()
+
+
+class DraftContext(_Context):
+    """Runs only the model's MTP head(s), fed with the target's hidden rows."""
+
+    is_draft = True
+
+    def __init__(self, target: TargetContext, *, n_batch: int | None = None, n_threads: int | None = None) -> None:
+        model = target.model
+        super().__init__(model)
+        if not model.mtp_loaded:
+            raise UnsupportedError(
+                f"{model.path.name} has no MTP blocks loaded ({model.architecture}, n_mtp_layers="
+                f"{model.n_mtp_layers}): it cannot draft. Run it with speculative=False."
+            )
+        p = self._params(target.n_ctx, n_batch or target.n_batch, 0, n_threads, 1)
+        out = ffi.new("pymtp_ctx **")
+        with self.lock:
+            check(lib.pymtp_draft_create(target._handle(), p, out))
+            self._h = out[0]
+            self._init_info()
+        self.target = target
+        target._drafts.add(self)
+
+    def decode(self, tokens, pos0: int, hidden_first: np.ndarray, hidden_rest: np.ndarray | None = None, *,
+               seq_id: int = 0, output=None) -> None:
+        """Decode tokens, token i paired with the target hidden row of position pos0+i-1.
+
+        hidden_first is that row for token 0; hidden_rest holds the rows for tokens 1..
+        (float32, C-contiguous, n_embd wide; a view of the target's hidden() works)."""
+        first = self._rows_ptr(hidden_first, 1)
+        rest = ffi.NULL if hidden_rest is None else self._rows_ptr(hidden_rest, len(_as_tokens(tokens)) - 1)
+        self._decode(tokens, pos0, seq_id, output, first, rest)
+
+    def _rows_ptr(self, rows: np.ndarray, n_rows: int):
+        if not isinstance(rows, np.ndarray) or rows.dtype != _F32 or not rows.flags.c_contiguous:
+            raise ValueError("hidden rows must be a C-contiguous float32 numpy array")
+        if rows.size < n_rows * self.n_embd:
+            raise ValueError(f"hidden rows: need {n_rows} x {self.n_embd} floats, got {rows.size}")
+        return ffi.cast("const float *", ffi.from_buffer(rows))
+
+    def set_head(self, head: int) -> None:
+        """Choose which MTP block runs next (chained heads, e.g. step35)."""
+        with self.lock:
+            check(lib.pymtp_draft_set_head(self._handle(), head))
