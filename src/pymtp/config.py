@@ -1,0 +1,73 @@
+"""User-facing settings, validated by pydantic (a bad value names its field)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class SamplingConfig(BaseModel):
+    """How the next token is chosen. temperature == 0 means greedy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    temperature: float = Field(0.0, ge=0.0, le=100.0)
+    top_k: int = Field(0, ge=0, description="keep the k most likely tokens (0 = all)")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus: smallest set with this much mass")
+    min_p: float = Field(0.0, ge=0.0, lt=1.0, description="drop tokens below min_p x the top probability")
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
+    repetition_window: int = Field(64, ge=0, description="recent tokens the penalty looks at")
+    seed: int | None = Field(None, ge=0)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class SpecConfig(BaseModel):
+    """How the MTP head drafts, and the policy that sizes drafts.
+
+    n_draft: most tokens drafted per step (chained-head models cap it at their head count).
+    p_min: stop drafting when the head's top probability falls below it.
+    adaptive: grow / shrink the draft length from recent acceptance.
+    cooldown: after a step where no draft token was accepted, draft this many
+      fewer tokens (down to 0: plain steps) for the next `cooldown_steps` steps.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    n_draft: int = Field(3, ge=1, le=16)
+    p_min: float = Field(0.0, ge=0.0, le=1.0)
+    adaptive: bool = True
+    adaptive_window: int = Field(8, ge=1, le=1024)
+    cooldown: int = Field(0, ge=0, le=16)
+    cooldown_steps: int = Field(1, ge=0, le=1024)
+    n_min: int = Field(1, ge=1, le=16, description="the shortest draft the adaptive policy uses")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> SpecConfig:
+        if self.n_min > self.n_draft:
+            raise ValueError(f"n_min ({self.n_min}) must not exceed n_draft ({self.n_draft})")
+        return self
+
+
+class GenerationConfig(BaseModel):
+    """Limits of one generation."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_tokens: int = Field(256, ge=1, le=1 << 24)
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stop_as_tuple(cls, data):
+        if isinstance(data, dict) and isinstance(data.get("stop"), str):
+            data = {**data, "stop": (data["stop"],)}
+        return data
+
+    @model_validator(mode="after")
+    def _no_empty_stop(self) -> GenerationConfig:
+        if any(s == "" for s in self.stop):
+            raise ValueError("stop strings must not be empty")
+        return self

@@ -1,0 +1,228 @@
+"""The MTP drafter: proposes tokens with the model's own MTP head(s).
+
+Hand-off rule: the head at position p takes token x(p) paired with the
+target's hidden row h(p-1). The drafter keeps its context's KV in step with
+the accepted text: every token the target accepts is fed to the head with the
+hidden row one position earlier, lazily, in the same decode as the next draft.
+
+Two modes:
+* one head (glm4moe, qwen35, deepseek...): the first draft decode carries the
+  not-yet-fed accepted tokens plus the last token (one call), then the head
+  recurses on its own hidden output, one token per call;
+* chained heads (step35): head i drafts token i+1; each head keeps its own
+  KV layer, so accepted tokens are fed once per head, and draft step i
+  re-decodes the drafted prefix with head i (as llama.cpp's driver does).
+
+Also here: DraftPolicy, which sizes each draft (adaptive length, cooldown).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._native import ffi, lib
+from .config import SpecConfig
+from .model import DraftContext
+from .sampling import Sampler
+
+
+@dataclass
+class Draft:
+    """Tokens the head proposes, with the distributions they were drawn from
+    (stochastic sampling only) and the head's top probability for each."""
+
+    tokens: list[int] = field(default_factory=list)
+    probs: list[np.ndarray] | None = None
+    confidence: list[float] = field(default_factory=list)
+
+
+class MTPDrafter:
+    """Drives a DraftContext. See the module docstring for the hand-off rule."""
+
+    def __init__(self, draft: DraftContext) -> None:
+        self.ctx = draft
+        model = draft.model
+        self.n_embd = model.n_embd
+        self.n_heads = max(1, model.n_mtp_layers)
+        self.chained = self.n_heads > 1
+        # Accepted tokens not yet in the draft KV, and the hidden row each pairs with;
+        # the row after the last of them (`pending`) pairs with the newest token.
+        cap = draft.n_batch + 1
+        self._rows = np.zeros((cap, self.n_embd), dtype=np.float32)
+        self._feed: list[int] = []
+        self._has_pending = False
+        self._kv_end = 0                   # the draft KV holds positions < kv_end
+        self._own = np.zeros((self.n_heads + 17, self.n_embd), dtype=np.float32)  # head's own rows
+        self._argmax_id = ffi.new("int32_t[1]")
+        self._argmax_p = ffi.new("float[1]")
+
+    @property
+    def max_draft(self) -> int:
+        """Chained heads draft at most one token per head."""
+        return self.n_heads if self.chained else 16
+
+    def reset(self) -> None:
+        self.ctx.seq_rm(0)
+        self._feed.clear()
+        self._has_pending = False
+        self._kv_end = 0
+
+    # ---- hand-off --------------------------------------------------------------------
+
+    def observe(self, tokens: list[int], pos0: int, hidden: np.ndarray) -> None:
+        """The target's KV gained `tokens` at pos0.. with these hidden rows.
+
+        Queues each token with the hidden row one position earlier; the last
+        row becomes the pairing row of the next token."""
+        n_feed = len(self._feed)
+        for i, tok in enumerate(tokens):
+            pos = pos0 + i
+            if pos < self._kv_end:
+                continue          # already in the draft KV (fed while drafting)
+            if i == 0 and not self._has_pending:
+                self._kv_end = pos + 1    # position 0 has no earlier hidden row: the head starts at 1
+                continue
+            if n_feed + 1 >= len(self._rows):
+                self._flush()
+                n_feed = 0
+            self._feed.append(tok)
+            if i > 0:
+                self._rows[n_feed] = hidden[i - 1]
+            n_feed += 1
+        # _rows[n_feed] is the pending row; for i == 0 the old pending row already sits there.
+        self._rows[n_feed] = hidden[len(tokens) - 1]
+        self._has_pending = True
+
+    def _flush(self) -> None:
+        """Feed the queued tokens to the draft KV (every head) without drafting."""
+        n = len(self._feed)
+        if n == 0:
+            return
+        out = np.zeros(n, dtype=np.uint8)
+        out[-1] = 1
+        for head in range(self.n_heads if self.chained else 1):
+            if self.chained:
+                # Each head writes only its own KV layer, so the positions are decoded once
+                # per head; seq_rm frees the cells and the next head refills the same ones.
+                self.ctx.set_head(head)
+                if head > 0:
+                    self.ctx.seq_rm(self._kv_end)
+            self.ctx.decode(self._feed, self._kv_end, self._rows[0], self._rows[1:n], output=out)
+        self._kv_end += n
+        self._rows[0] = self._rows[n]
+        self._feed.clear()
+
+    # ---- drafting ----------------------------------------------------------------------
+
+    def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
+                p_min: float = 0.0) -> Draft:
+        """Draft up to k tokens that follow last_token (at position n_past)."""
+        if not self._has_pending or k <= 0:
+            return Draft()
+        if self.chained:
+            return self._propose_chained(last_token, n_past, min(k, self.n_heads), sampler, history, p_min)
+        draft = Draft(probs=None if sampler.config.greedy else [])
+        # One call: the queued accepted tokens plus last_token, output on the last row only.
+        tokens = self._feed + [last_token]
+        n = len(tokens)
+        out = np.zeros(n, dtype=np.uint8)
+        out[-1] = 1
+        self.ctx.decode(tokens, self._kv_end, self._rows[0], self._rows[1:n], output=out)
+        self._feed.clear()
+        self._kv_end = n_past + 1
+        for i in range(k):
+            if i > 0:
+                self.ctx.decode([draft.tokens[-1]], n_past + i, self._own[i - 1])
+            if not self._take(draft, sampler, history, p_min):
+                break
+            if i + 1 < k:
+                self._own[i] = self.ctx.hidden()[0]
+        if k > 1 and draft.tokens:
+            # Rows past last_token hold the head's own hidden rows, not the target's.
+            self.ctx.seq_rm(n_past + 1)
+        # The pending row (paired with last_token) is consumed; observe() sets the next.
+        self._has_pending = False
+        return draft
+
+    def _propose_chained(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
+                         p_min: float) -> Draft:
+        self._flush()
+        draft = Draft(probs=None if sampler.config.greedy else [])
+        self._own[0] = self._rows[0]
+        tokens = [last_token]
+        for i in range(k):
+            self.ctx.set_head(i)
+            self.ctx.seq_rm(n_past)
+            out = np.zeros(len(tokens), dtype=np.uint8)
+            out[-1] = 1
+            self.ctx.decode(tokens, n_past, self._own[0], self._own[1:len(tokens)], output=out)
+            if not self._take(draft, sampler, history, p_min):
+                break
+            self._own[len(tokens)] = self.ctx.hidden()[0]
+            tokens.append(draft.tokens[-1])
+        self.ctx.set_head(0)
+        self.ctx.seq_rm(n_past)
+        self._kv_end = n_past
+        # last_token is not fed: observe() queues it with the old pending row.
+        self._feed.clear()
+        return draft
+
+    def _take(self, draft: Draft, sampler: Sampler, history: list[int], p_min: float) -> bool:
+        """Choose the next draft token from the head's last logits row; False to stop."""
+        row = self.ctx.logits()[-1]
+        if sampler.config.greedy and not sampler._penalize:
+            lib.pymtp_rows_argmax(ffi.from_buffer("float[]", row), 1, row.shape[0], self._argmax_id, self._argmax_p)
+            tok, conf = int(self._argmax_id[0]), float(self._argmax_p[0])
+        else:
+            q = sampler.probs(row, history + draft.tokens)
+            tok = int(np.argmax(q)) if sampler.config.greedy else sampler.draw(q)
+            conf = float(q.max())
+            if draft.probs is not None:
+                draft.probs.append(q)
+        if conf < p_min:
+            if draft.probs is not None:
+                draft.probs.pop()
+            return False
+        draft.tokens.append(tok)
+        draft.confidence.append(conf)
+        return True
+
+
+class DraftPolicy:
+    """How many tokens to draft next: adaptive length and cooldown after rejection.
+
+    Adaptive: draft one more than the mean accepted length of the last
+    `adaptive_window` steps (clamped to [n_min, n_draft]): long runs of
+    acceptance grow drafts, rejections shrink them.
+    Cooldown: after a step where nothing was accepted, draft `cooldown` fewer
+    tokens for `cooldown_steps` steps (0 tokens = a plain decode step).
+    """
+
+    def __init__(self, config: SpecConfig, n_max: int) -> None:
+        self.config = config
+        self.n_max = max(1, min(config.n_draft, n_max))
+        self._recent: deque[int] = deque(maxlen=config.adaptive_window)
+        self._cool_left = 0
+        self.cooldown_steps_taken = 0
+
+    def next_length(self) -> int:
+        c = self.config
+        k = self.n_max
+        if c.adaptive and self._recent:
+            mean = sum(self._recent) / len(self._recent)
+            k = int(min(self.n_max, max(c.n_min, round(mean + 1))))
+        if self._cool_left > 0:
+            self._cool_left -= 1
+            self.cooldown_steps_taken += 1
+            k = max(0, k - c.cooldown)
+        return k
+
+    def update(self, n_drafted: int, n_accepted: int) -> None:
+        if n_drafted == 0:
+            return
+        self._recent.append(n_accepted)
+        if n_accepted == 0 and self.config.cooldown > 0:
+            self._cool_left = self.config.cooldown_steps
