@@ -48,6 +48,7 @@ struct pymtp_ctx {
     uint32_t n_ctx = 0, n_batch = 0, n_seq_max = 1;
     int32_t n_vocab = 0, n_embd = 0;
     int32_t last_tokens = 0, last_outputs = 0;
+    int32_t last_batch = 0;        // tokens of the last successful decode (kept across seq_rm)
     std::vector<uint8_t> checkpoint;
     size_t checkpoint_size = 0;
     int32_t checkpoint_seq = -1;
@@ -205,7 +206,7 @@ int pymtp_model_get_info(const pymtp_model * m, pymtp_model_info * out) {
     out->n_vocab = llama_vocab_n_tokens(m->vocab);
     out->n_embd = llama_model_n_embd_out(m->model);
     out->n_mtp_layers = llama_model_n_layer_nextn(m->model);
-    out->n_layer = llama_model_n_layer(m->model) - out->n_mtp_layers;
+    out->n_layer = llama_model_n_layer(m->model);   // already excludes the MTP blocks
     out->mtp_loaded = m->mtp_loaded;
     out->n_ctx_train = llama_model_n_ctx_train(m->model);
     out->is_recurrent = llama_model_is_recurrent(m->model);
@@ -542,6 +543,7 @@ int pymtp_decode(pymtp_ctx * c, const int32_t * tokens, int32_t n_tokens, int32_
     }
     c->last_tokens = n_tokens;
     c->last_outputs = n_out;
+    c->last_batch = n_tokens;
     ok();
     return PYMTP_OK;
     GUARD_END
@@ -615,8 +617,23 @@ int pymtp_seq_rm(pymtp_ctx * c, int32_t seq_id, int32_t p0, int32_t p1) {
     if (int rc = check_seq(c, seq_id)) return rc;
     if (p0 < 0 || (p1 >= 0 && p1 < p0)) return fail(PYMTP_ERR_ARG, "bad position range [%d, %d)", p0, p1);
     GUARD_BEGIN
+    llama_memory_t mem = llama_get_memory(c->ctx);
+    const llama_pos pmax = llama_memory_seq_pos_max(mem, seq_id);
+    const bool partial = p0 > 0 && p0 <= pmax && (p1 < 0 || p1 > pmax);
+    const bool recurrent = llama_model_is_recurrent(c->model->model) || llama_model_is_hybrid(c->model->model);
+    if (partial && recurrent && !c->is_draft) {   // an MTP head's own memory is plain KV
+        // llama.cpp keeps recurrent snapshots for the tokens of the last decode only: the state
+        // before that decode is not among them, and a deeper rollback would restore garbage.
+        const int32_t depth = pmax - p0 + 1;
+        if (depth >= c->last_batch) {
+            return fail(PYMTP_ERR_UNSUPPORTED,
+                        "cannot remove positions [%d, %d) of sequence %d: recurrent state can roll back at most "
+                        "%d token(s) of the last decode (use a checkpoint for more)", p0, p1, seq_id,
+                        std::max(0, c->last_batch - 1));
+        }
+    }
     c->last_tokens = c->last_outputs = 0;   // rows of the last decode may describe removed positions
-    if (!llama_memory_seq_rm(llama_get_memory(c->ctx), seq_id, p0, p1)) {
+    if (!llama_memory_seq_rm(mem, seq_id, p0, p1)) {
         return fail(PYMTP_ERR_UNSUPPORTED,
                     "cannot remove positions [%d, %d) of sequence %d: recurrent state cannot be cut there "
                     "(use n_rs_seq snapshots or a checkpoint)", p0, p1, seq_id);
@@ -673,6 +690,7 @@ int pymtp_checkpoint_restore(pymtp_ctx * c, int32_t seq_id) {
                                                   LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
     if (n == 0 && c->checkpoint_size != 0) return fail(PYMTP_ERR_DECODE, "could not restore the state of sequence %d", seq_id);
     c->last_tokens = c->last_outputs = 0;
+    c->last_batch = INT32_MAX;             // the restored state stands before every later position
     ok();
     return PYMTP_OK;
     GUARD_END
