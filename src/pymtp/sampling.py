@@ -109,10 +109,9 @@ class Sampler:
             while n < k and targets[n] == draft[n]:
                 n += 1
             return n, int(targets[n])
-        assert draft_probs is not None and len(draft_probs) == k
         for i in range(k):
             p = self.probs(target_rows[i], history + list(draft[:i]))
-            q = draft_probs[i]
+            q = draft_probs[i]  # type: ignore[index]  # drafted tokens always come with their q
             d = draft[i]
             if self.rng.random() * q[d] < p[d]:        # accept with probability min(1, p/q)
                 continue

@@ -1,0 +1,252 @@
+"""MTPSpeculator: lossless greedy and stochastic speculation, stats, policy, step API."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import pymtp
+from pymtp import MTPSpeculator, SamplingConfig, SpecConfig
+from pymtp.fixtures import FAMILIES
+from pymtp.sampling import Sampler
+
+WORDS = ("def", "class", "return", "import", "self", "the", "fox", "(", ")", ":", "\n", "    ", "x", "=",
+         "1", "é", "✓", "data", "for", "in", "if", "else", "print", "#", "[", "]", ",", "0", "None", "lambda")
+
+
+def prompts(n: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        k = 1 + int(rng.integers(0, 12))
+        out.append(" ".join(rng.choice(WORDS, size=k)) if i % 7 else WORDS[i % len(WORDS)])
+    return out
+
+
+N_TOKENS = 24
+
+
+def _plain(model, text):
+    return pymtp.generate(text, model, max_tokens=N_TOKENS, speculative=False, ignore_eos=True)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_speculation_is_lossless(models, family):
+    """Speculative greedy output equals plain greedy output token for token:
+    50 prompts x draft lengths 1-4, fixed lengths (most rollbacks) and the adaptive policy."""
+    model = models(family)
+    configs = [SpecConfig(n_draft=k, adaptive=False) for k in (1, 2, 3, 4)]
+    configs.append(SpecConfig(n_draft=4, adaptive=True, cooldown=2, cooldown_steps=2, p_min=0.2))
+    total = Counter()
+    for text in prompts(50):
+        plain = _plain(model, text)
+        for cfg in configs:
+            r = pymtp.generate(text, model, max_tokens=N_TOKENS, speculative=cfg, ignore_eos=True)
+            assert r.tokens == plain.tokens, (family, text, cfg)
+            total["drafted"] += r.stats.n_drafted
+            total["accepted"] += r.stats.n_accepted
+            total["rejections"] += sum(1 for d, a in zip(r.stats.drafted_at, r.stats.accepted_at) if a < d)
+    # the runs exercised both paths: accepted drafts and rollbacks
+    assert 0 < total["accepted"] < total["drafted"]
+    assert total["rejections"] > 50
+
+
+def test_greedy_lossless_with_a_prompt_longer_than_the_batch(gguf):
+    """Prompts longer than n_batch (512) prefill in chunks; the hand-off stays in step."""
+    model = pymtp.load(gguf("glm4moe"), n_ctx=2048)
+    text = " ".join(prompts(40, seed=3)) * 2
+    assert 512 < len(model.tokenize(text)) < 2000
+    plain = _plain(model, text)
+    r = pymtp.generate(text, model, max_tokens=N_TOKENS, speculative=SpecConfig(n_draft=3), ignore_eos=True)
+    assert r.tokens == plain.tokens
+    assert r.stats.n_accepted > 0
+    model.close()
+
+
+def test_greedy_lossless_with_repetition_penalty(models):
+    model = models("qwen35")
+    for text in prompts(10, seed=5):
+        plain = pymtp.generate(text, model, max_tokens=N_TOKENS, speculative=False, ignore_eos=True,
+                               repetition_penalty=1.3)
+        spec = pymtp.generate(text, model, max_tokens=N_TOKENS, speculative=SpecConfig(n_draft=3),
+                              ignore_eos=True, repetition_penalty=1.3)
+        assert spec.tokens == plain.tokens
+
+
+@pytest.mark.parametrize("family", ["glm4moe", "step35", "qwen35"])
+def test_stats_are_exact(models, family):
+    model = models(family)
+    r = pymtp.generate("def f(x):", model, max_tokens=40, speculative=SpecConfig(n_draft=3, adaptive=False),
+                       ignore_eos=True)
+    s = r.stats
+    assert r.finish_reason == "length" and len(r.tokens) == 40
+    # every step emits its accepted drafts plus one token of the target's
+    assert s.n_emitted == sum(s.accepted_at) + s.n_steps == len(r.tokens)
+    assert s.n_accepted == sum(s.accepted_at) and s.n_drafted == sum(s.drafted_at)
+    assert all(a <= d for a, d in zip(s.accepted_at, s.drafted_at))
+    assert s.drafted_at == sorted(s.drafted_at, reverse=True)       # position i+1 needs position i
+    assert 0 <= s.acceptance_rate <= 1 and s.tokens_per_second > 0
+    assert s.t_draft > 0 and s.t_verify > 0 and s.t_python >= 0
+    assert s.t_draft + s.t_verify <= s.t_total + 1e-9
+
+
+def test_step_by_step_api(models):
+    model = models("glm4moe")
+    from pymtp.generate import _session
+    with model.lock:
+        s = _session(model)
+        spec = MTPSpeculator(s.target, s.draft, SamplingConfig(), SpecConfig(n_draft=2, adaptive=False))
+        prompt = model.tokenize("import os\n")
+        spec.start(prompt)
+        assert spec.n_past == len(prompt) - 1
+        results = [spec.step() for _ in range(5)]
+    for r in results:
+        assert 1 <= len(r.emitted) <= 3 and len(r.drafted) <= 2
+        assert r.emitted[: r.n_accepted] == r.drafted[: r.n_accepted]
+    assert spec.tokens[len(prompt):] == [t for r in results for t in r.emitted]
+    plain = pymtp.generate(prompt, model, max_tokens=len(spec.tokens) - len(prompt), speculative=False,
+                           ignore_eos=True)
+    assert plain.tokens == spec.tokens[len(prompt):]
+
+
+# ---- stochastic speculation: same distribution as plain sampling --------------------------------
+
+
+def _chi2_pvalue(a: Counter, b: Counter) -> float:
+    """Two-sample chi-square test of homogeneity; categories with few counts pooled.
+    The p-value uses the Wilson-Hilferty approximation of the chi-square CDF."""
+    keys = sorted(set(a) | set(b), key=lambda k: -(a[k] + b[k]))
+    na, nb = sum(a.values()), sum(b.values())
+    cells, rest = [], [0, 0]
+    for k in keys:
+        if a[k] + b[k] >= 20:
+            cells.append((a[k], b[k]))
+        else:
+            rest[0] += a[k]
+            rest[1] += b[k]
+    if sum(rest):
+        cells.append(tuple(rest))
+    n = na + nb
+    stat = 0.0
+    for ca, cb in cells:
+        tot = ca + cb
+        for c, m in ((ca, na), (cb, nb)):
+            e = tot * m / n
+            stat += (c - e) ** 2 / e
+    dof = len(cells) - 1
+    if dof <= 0:
+        return 1.0
+    z = ((stat / dof) ** (1 / 3) - (1 - 2 / (9 * dof))) / math.sqrt(2 / (9 * dof))
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+SAMPLING = SamplingConfig(temperature=1.0, top_k=6)
+N_SAMPLES = 1500
+P_THRESHOLD = 1e-3
+
+
+def _sample_continuations(model, spec_cfg, broken_verify=None, n=N_SAMPLES, seed=0):
+    """Sample n 3-token continuations of one prompt; the speculator reseeded for each."""
+    from pymtp.generate import _session
+    prompt = model.tokenize("def f(x")
+    out = Counter()
+    with model.lock:
+        s = _session(model)
+        spec = MTPSpeculator(s.target, s.draft if spec_cfg else None, SAMPLING, spec_cfg or SpecConfig())
+        for i in range(n):
+            spec.start(prompt, SamplingConfig(**{**SAMPLING.model_dump(), "seed": seed * 100_000 + i}))
+            if broken_verify:
+                spec.sampler.verify = broken_verify.__get__(spec.sampler)
+            while len(spec.tokens) < len(prompt) + 3:
+                spec.step(max_new=len(prompt) + 3 - len(spec.tokens))
+            out[tuple(spec.tokens[len(prompt):len(prompt) + 3])] += 1
+    return out
+
+
+def _marginals(samples: Counter, i: int) -> Counter:
+    c = Counter()
+    for seq, n in samples.items():
+        c[seq[i]] += n
+    return c
+
+
+def test_stochastic_speculation_matches_plain_sampling(models):
+    """Chi-square tests (p > 1e-3) of each position's token marginal and of the joint of
+    the first two: speculative sampling (draft length 2, fixed) against plain sampling."""
+    model = models("glm4moe")
+    plain = _sample_continuations(model, None, seed=1)
+    spec = _sample_continuations(model, SpecConfig(n_draft=2, adaptive=False), seed=2)
+    for i in range(3):
+        assert _chi2_pvalue(_marginals(plain, i), _marginals(spec, i)) > P_THRESHOLD, i
+    pairs_a = Counter({k[:2]: 0 for k in plain})
+    pairs_b = Counter()
+    for src, dst in ((plain, pairs_a), (spec, pairs_b)):
+        for seq, n in src.items():
+            dst[seq[:2]] += n
+    assert _chi2_pvalue(pairs_a, pairs_b) > P_THRESHOLD
+
+
+def _always_accept(self, target_rows, draft, draft_probs, history):
+    """A broken rule: keep every draft token, then sample the bonus token from p."""
+    k = len(draft)
+    return k, self.draw(self.probs(target_rows[k], history + list(draft)))
+
+
+def test_a_broken_acceptance_rule_is_detected(models):
+    """The same test rejects a rule that accepts every draft (its output follows the head)."""
+    model = models("glm4moe")
+    plain = _sample_continuations(model, None, seed=1)
+    broken = _sample_continuations(model, SpecConfig(n_draft=2, adaptive=False), broken_verify=_always_accept,
+                                   seed=3)
+    assert min(_chi2_pvalue(_marginals(plain, i), _marginals(broken, i)) for i in range(3)) < P_THRESHOLD
+
+
+def test_verify_rule_unit():
+    """The stochastic rule on a 3-token vocabulary: the emitted first token is distributed as p."""
+    s = Sampler(SamplingConfig(temperature=1.0, seed=0))
+    p_logits = np.log(np.array([[0.5, 0.3, 0.2], [0.2, 0.2, 0.6]], dtype=np.float32))
+    q = np.array([0.1, 0.1, 0.8])
+    counts = Counter()
+    for _ in range(20000):
+        d = int(s.rng.choice(3, p=q))
+        n, new = s.verify(p_logits, [d], [q], [])
+        counts[d if n == 1 else new] += 1
+    freq = np.array([counts[i] for i in range(3)]) / 20000
+    np.testing.assert_allclose(freq, [0.5, 0.3, 0.2], atol=0.015)
+
+
+# ---- policy ----------------------------------------------------------------------------------
+
+
+def test_policy_adapts_and_cools_down():
+    from pymtp.drafter import DraftPolicy
+    p = DraftPolicy(SpecConfig(n_draft=4, adaptive=True, adaptive_window=4, cooldown=4, cooldown_steps=2), 4)
+    assert p.next_length() == 4
+    for _ in range(4):
+        p.update(4, 4)
+    assert p.next_length() == 4
+    p.update(4, 0)                       # a full rejection: cooldown for 2 steps
+    assert p.next_length() == 0 and p.next_length() == 0
+    assert p.cooldown_steps_taken == 2
+    for _ in range(4):
+        p.update(2, 0)
+    assert p.next_length() == 0          # cooldown again after the last rejection
+    p2 = DraftPolicy(SpecConfig(n_draft=4, adaptive=True, adaptive_window=4), 4)
+    for _ in range(4):
+        p2.update(3, 0)
+    assert p2.next_length() == 1         # mean accepted 0 -> draft 1
+    for _ in range(4):
+        p2.update(1, 1)
+    assert p2.next_length() == 2
+    fixed = DraftPolicy(SpecConfig(n_draft=3, adaptive=False), 2)
+    assert fixed.next_length() == 2      # capped by the model (chained heads)
+
+
+def test_chained_heads_cap_the_draft(models):
+    model = models("step35")
+    r = pymtp.generate("x = 1", model, max_tokens=30, speculative=SpecConfig(n_draft=8, adaptive=False),
+                       ignore_eos=True)
+    assert len(r.stats.drafted_at) <= model.n_mtp_layers
