@@ -111,6 +111,10 @@ class GenerationResult:
     def __str__(self) -> str:
         return self.text
 
+    def _repr_html_(self) -> str:  # Jupyter
+        from .display import result_html
+        return result_html(self)
+
 
 def _spec_config(speculative: bool | SpecConfig | dict) -> SpecConfig | None:
     if speculative is True:

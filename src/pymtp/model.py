@@ -177,6 +177,33 @@ class Model:
         return ffi.string(out[0]).decode("utf-8", "replace")
 
 
+    def apply_chat_template(self, messages: Sequence[dict], *, add_assistant: bool = True,
+                            template: str | None = None) -> str:
+        """Format chat messages ({"role", "content"} dicts) with the GGUF's chat template
+        (llama.cpp's built-in template support); UnsupportedError when there is none."""
+        tmpl = template or self.chat_template()
+        if tmpl is None:
+            raise UnsupportedError(f"{self.path.name} has no chat template: format the prompt yourself, "
+                                   "or pass template=...")
+        try:
+            roles = [ffi.new("char[]", str(m["role"]).encode()) for m in messages]
+            contents = [ffi.new("char[]", str(m["content"]).encode()) for m in messages]
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"messages must be dicts with 'role' and 'content': {e}") from None
+        role_arr, content_arr = ffi.new("char *[]", roles), ffi.new("char *[]", contents)
+        needed = ffi.new("int32_t *")
+        size = 256 + sum(len(m["content"]) for m in messages) * 2
+        for _ in range(2):
+            buf = ffi.new("char[]", size)
+            rc = lib.pymtp_chat_apply(tmpl.encode(), role_arr, content_arr, len(messages), add_assistant, buf,
+                                      size, needed)
+            if rc == lib.PYMTP_ERR_NOSPACE:
+                size = needed[0]
+                continue
+            return ffi.unpack(buf, check(rc)).decode("utf-8", "replace")
+        raise AssertionError("unreachable")
+
+
 class _Context:
     """State shared by target and draft contexts: a llama_context with its KV."""
 

@@ -120,6 +120,15 @@ class SpecStats:
     def tokens_per_second(self) -> float:
         return self.n_emitted / self.t_total if self.t_total > 0 else 0.0
 
+    def plot(self, ax=None):
+        """Per-position acceptance and the time split (needs matplotlib: pip install 'pymtp[plot]')."""
+        from .display import plot_stats
+        return plot_stats(self, ax=ax)
+
+    def _repr_html_(self) -> str:  # Jupyter
+        from .display import stats_html
+        return stats_html(self)
+
 
 class MTPSpeculator:
     """Speculative decoding with a model's MTP head as the draft model.
