@@ -173,14 +173,18 @@ class MTPDrafter:
     def _take(self, draft: Draft, sampler: Sampler, history: list[int], p_min: float) -> bool:
         """Choose the next draft token from the head's last logits row; False to stop."""
         row = self.ctx.logits()[-1]
-        if sampler.config.greedy and not sampler._penalize:
+        if sampler.config.greedy and not sampler.penalizes:
             lib.pymtp_rows_argmax(ffi.from_buffer("float[]", row), 1, row.shape[0], self._argmax_id, self._argmax_p)
             tok, conf = int(self._argmax_id[0]), float(self._argmax_p[0])
         else:
-            q = sampler.probs(row, history + draft.tokens)
-            tok = int(np.argmax(q)) if sampler.config.greedy else sampler.draw(q)
-            conf = float(q.max())
-            if draft.probs is not None:
+            if sampler.config.greedy:          # with a repetition penalty
+                x = sampler.penalized(row, history + draft.tokens)
+                tok = int(np.argmax(x))
+                conf = float(1.0 / np.exp(x - x[tok]).sum())
+            else:
+                q = sampler.probs(row, history + draft.tokens)
+                tok = sampler.draw(q)
+                conf = float(q.max())
                 draft.probs.append(q)
         if conf < p_min:
             if draft.probs is not None:

@@ -68,7 +68,9 @@ class Session:
         n_ctx = opts.get("n_ctx") or min(model.n_ctx_train or DEFAULT_N_CTX, DEFAULT_N_CTX)
         n_threads = opts.get("n_threads")
         self.model = model
-        self.n_rs_seq = 16 if (model.is_recurrent and model.supports_rollback) else 0
+        # Recurrent snapshots cover rollbacks of up to 4 drafted tokens; longer drafts fall
+        # back to a checkpoint (each snapshot costs a copy of the recurrent state).
+        self.n_rs_seq = 4 if (model.is_recurrent and model.supports_rollback) else 0
         self.target = TargetContext(model, n_ctx=n_ctx, n_batch=512, n_rs_seq=self.n_rs_seq, n_threads=n_threads)
         self.draft = DraftContext(self.target, n_threads=n_threads) if model.mtp_loaded else None
         self.generation = 0       # bumped by every new generation: stale streams notice

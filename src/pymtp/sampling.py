@@ -30,13 +30,13 @@ class Sampler:
     def __init__(self, config: SamplingConfig) -> None:
         self.config = config
         self.rng = np.random.default_rng(config.seed)
-        self._penalize = config.repetition_penalty != 1.0 and config.repetition_window > 0
+        self.penalizes = config.repetition_penalty != 1.0 and config.repetition_window > 0
 
     # ---- the transform -------------------------------------------------------------
 
-    def _penalized(self, row: np.ndarray, history: Sequence[int]) -> np.ndarray:
+    def penalized(self, row: np.ndarray, history: Sequence[int]) -> np.ndarray:
         """The row with recent tokens penalized (a float64 copy when penalized)."""
-        if not self._penalize or not history:
+        if not self.penalizes or not history:
             return row
         x = np.array(row, dtype=np.float64)
         recent = np.unique(np.asarray(history[-self.config.repetition_window:], dtype=np.int64))
@@ -48,7 +48,7 @@ class Sampler:
     def probs(self, row: np.ndarray, history: Sequence[int]) -> np.ndarray:
         """The distribution a token is drawn from (float64, sums to 1)."""
         c = self.config
-        x = np.array(self._penalized(row, history), dtype=np.float64)
+        x = np.array(self.penalized(row, history), dtype=np.float64)
         if c.greedy:
             p = np.zeros_like(x)
             p[int(np.argmax(x))] = 1.0
@@ -79,7 +79,7 @@ class Sampler:
     def choose(self, row: np.ndarray, history: Sequence[int]) -> int:
         """The next token from one logits row (plain decoding)."""
         if self.config.greedy:
-            return int(np.argmax(self._penalized(row, history)))
+            return int(np.argmax(self.penalized(row, history)))
         return self.draw(self.probs(row, history))
 
     # ---- verification -------------------------------------------------------------------
@@ -100,8 +100,8 @@ class Sampler:
         """
         k = len(draft)
         if self.config.greedy:
-            if self._penalize:
-                targets = [int(np.argmax(self._penalized(target_rows[i], history + list(draft[:i]))))
+            if self.penalizes:
+                targets = [int(np.argmax(self.penalized(target_rows[i], history + list(draft[:i]))))
                            for i in range(k + 1)]
             else:
                 targets = np.argmax(target_rows[: k + 1], axis=1).tolist()
