@@ -1,7 +1,8 @@
 """pymtp.load / generate / stream: the one-liners over MTPSpeculator.
 
-A Model keeps one Session (target + draft contexts, reused across calls);
-generations on a model are serialized on its lock.
+A Model keeps one Session (target + draft contexts, reused across calls).
+generate() holds the model's lock for the whole generation, so threads sharing a
+model take turns; a stream() holds it one step at a time.
 """
 
 from __future__ import annotations
@@ -269,7 +270,11 @@ def generate(prompt: str | Sequence[int], model: Model | str | os.PathLike | Non
     s = stream(prompt, model, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                min_p=min_p, repetition_penalty=repetition_penalty, seed=seed, stop=stop,
                ignore_eos=ignore_eos, speculative=speculative)
-    for _ in s:
-        pass
+    # Hold the model for the whole generation: calls from other threads wait their turn.
+    # (A paused stream() gives way instead: a generation that starts meanwhile makes it
+    # raise PymtpError when resumed, rather than mix two texts in one KV cache.)
+    with s.model.lock:
+        for _ in s:
+            pass
     assert s.result is not None
     return s.result
