@@ -1,0 +1,495 @@
+"""A deep, wide variant of a small glm4moe GGUF that predicts exactly the same tokens.
+
+Tiny models are dominated by per-call overhead, so speedups measured on them say
+little about real ones. ``make_deep`` turns a small ``glm4moe`` GGUF (dense trunk
+blocks, one NextN/MTP block with a routed-MoE FFN) into a model with a realistic
+trunk-to-head cost ratio (e.g. 1024 wide, 16+ more trunk blocks against one MTP
+block) whose greedy output and MTP acceptance are those of the source::
+
+    from pymtp.deep import deep_variant_path
+    path = deep_variant_path()                  # the bundled default, 1024 wide, +16 blocks
+    python -m pymtp.deep --src model.gguf --n-embd 1024 --extra-layers 16
+
+How the predictions stay the same (llama.cpp 0c1e57098bba, src/models/glm4-moe.cpp):
+
+* Width d -> D: every tensor is zero-padded; a residual row becomes ``[x, 0]``.
+  Extra attention heads have zero q/k/v rows and zero ``attn_output`` columns and
+  come after the original ones with the GQA ratio kept, so original query heads
+  still read the same KV heads; extra FFN / expert / shared-expert units have zero
+  gate/up rows and zero down columns (silu(0) * 0 = 0); router columns over the
+  padding are zero, so routing is unchanged. ``eh_proj`` sees
+  ``concat(enorm(e), hnorm(h))`` of width 2D: the original e-block goes to input
+  columns [0, d), the h-block to [D, D+d).
+* RMSNorm over a padded row: every residual-width norm (attn_norm,
+  post_attention_norm, output_norm, NextN enorm/hnorm/shared_head_norm) computes
+  ``y = x / sqrt(sum(x^2)/D + eps') * w'``. With ``eps' = eps*d/D`` the root is
+  ``sqrt(d/D) * sqrt(mean_d(x^2) + eps)``, so ``w' = w*sqrt(d/D)`` gives ``y``
+  exactly. When D/d is a power of 4 (64->1024, 256->1024) sqrt(d/D) and d/D are
+  powers of 2 and even the rounding is the same (trunk logits come out bitwise
+  equal); other ratios (e.g. 64->128) round the scaled weights and eps, ~1e-5
+  relative.
+  Only one epsilon key exists: q/k norms (over the unchanged head dim) would see
+  eps' too, so when a block has them its q (k) projection and bias are scaled by
+  ``sqrt(d/D)``: ``rms(s q; eps s^2) == rms(q; eps)``.
+* Head dim, rope dims and the attention scale 1/sqrt(head_dim) are unchanged
+  (``key_length``/``value_length``/``rope.dimension_count`` are written explicitly).
+* Depth: ``n_extra_layers`` blocks, shaped like the last trunk block, are inserted
+  after the trunk and before the NextN block (which is renumbered); their weights
+  are seeded small random values except ``attn_output`` and the FFN down
+  projections, which are exactly zero, so each adds 0 to the residual stream.
+
+The outputs are equal up to float rounding: with a power-of-4 width ratio the
+fixture's trunk logits are bitwise equal and its MTP logits within ~2e-6 (scale
+~20); greedy tokens and MTP acceptance are identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DEEP_VERSION", "deep_variant_path", "make_deep"]
+
+#: Bump when the generated files change (the cache key includes it).
+DEEP_VERSION = 1
+
+ARCH = "glm4moe"
+
+# Role of each ggml dimension (ne0, ne1, ...) of a block tensor, by name suffix.
+# E = n_embd, Q = n_head*head_dim, K = n_head_kv*head_dim, F = dense FFN,
+# X = expert FFN, S = shared-expert FFN (X * n_expert_shared), None = unchanged.
+_BLOCK_ROLES: dict[str, tuple] = {
+    "attn_norm.weight": ("E",),
+    "post_attention_norm.weight": ("E",),
+    "attn_q.weight": ("E", "Q"),
+    "attn_k.weight": ("E", "K"),
+    "attn_v.weight": ("E", "K"),
+    "attn_q.bias": ("Q",),
+    "attn_k.bias": ("K",),
+    "attn_v.bias": ("K",),
+    "attn_output.weight": ("Q", "E"),
+    "attn_q_norm.weight": (None,),
+    "attn_k_norm.weight": (None,),
+    "ffn_gate.weight": ("E", "F"),
+    "ffn_up.weight": ("E", "F"),
+    "ffn_down.weight": ("F", "E"),
+    "ffn_gate_inp.weight": ("E", None),
+    "exp_probs_b.bias": (None,),
+    "ffn_gate_exps.weight": ("E", "X", None),
+    "ffn_up_exps.weight": ("E", "X", None),
+    "ffn_down_exps.weight": ("X", "E", None),
+    "ffn_gate_shexp.weight": ("E", "S"),
+    "ffn_up_shexp.weight": ("E", "S"),
+    "ffn_down_shexp.weight": ("S", "E"),
+    "nextn.enorm.weight": ("E",),
+    "nextn.hnorm.weight": ("E",),
+    "nextn.shared_head_norm.weight": ("E",),
+    "nextn.embed_tokens.weight": ("E", None),
+    "nextn.shared_head_head.weight": ("E", None),
+    # special-cased: nextn.eh_proj.weight (2E, E), attn_qkv.weight / attn_qkv.bias
+}
+_GLOBAL_ROLES: dict[str, tuple] = {
+    "token_embd.weight": ("E", None),
+    "output_norm.weight": ("E",),
+    "output.weight": ("E", None),
+}
+# RMSNorm weights over the residual width: scaled by sqrt(d/D).
+_RESIDUAL_NORMS = {"attn_norm.weight", "post_attention_norm.weight", "output_norm.weight",
+                   "nextn.enorm.weight", "nextn.hnorm.weight", "nextn.shared_head_norm.weight"}
+# Projections whose output an extra block must leave at exactly zero.
+_ZERO_IN_EXTRA = {"attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight"}
+
+_BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+# ---------------------------------------------------------------------------------------------
+
+
+def _field_value(field) -> tuple[Any, Any, Any]:
+    """(value, type, sub_type) of a reader field, strings as raw bytes (exact round trip)."""
+    from gguf import GGUFValueType
+
+    vtype = field.types[0]
+    if vtype == GGUFValueType.ARRAY:
+        sub = field.types[-1]
+        if len(field.types) > 2:
+            raise ValueError(f"{field.name}: nested arrays are not supported")
+        if sub == GGUFValueType.STRING:
+            return [bytes(field.parts[i]) for i in field.data], vtype, sub
+        return field.contents(), vtype, sub
+    if vtype == GGUFValueType.STRING:
+        return bytes(field.parts[field.data[0]]), vtype, None
+    return field.contents(), vtype, None
+
+
+def _scalar(fields: dict, key: str, default: Any = None) -> Any:
+    f = fields.get(key)
+    if f is None:
+        if default is None:
+            raise ValueError(f"the source GGUF lacks {key}")
+        return default
+    from gguf import GGUFValueType
+
+    if f.types[0] == GGUFValueType.ARRAY:
+        raise ValueError(f"{key}: per-layer arrays are not supported by make_deep")
+    v = f.contents()
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _tensor_array(t) -> np.ndarray:
+    from gguf import GGMLQuantizationType as Q
+
+    if t.tensor_type not in (Q.F32, Q.F16):
+        raise ValueError(f"{t.name}: only F32 and F16 tensors can be padded, not {t.tensor_type.name}")
+    shape = tuple(int(x) for x in reversed(list(t.shape)))  # numpy order = reversed ggml ne
+    return np.asarray(t.data).reshape(shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# padding
+# ---------------------------------------------------------------------------------------------
+
+
+def _pad_corner(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    out = np.zeros(shape, dtype=a.dtype)
+    out[tuple(slice(0, n) for n in a.shape)] = a
+    return out
+
+
+def _new_shape(roles: tuple, old_ne: tuple[int, ...], dims: dict, new: dict, name: str) -> tuple[int, ...]:
+    """New ggml ne of a tensor, checking each old size against its role."""
+    if len(roles) != len(old_ne):
+        raise ValueError(f"{name}: expected {len(roles)} dims, got shape {old_ne}")
+    ne = []
+    for r, n in zip(roles, old_ne):
+        if r is None:
+            ne.append(n)
+            continue
+        if n != dims[r]:
+            raise ValueError(f"{name}: dim {r} is {n}, expected {dims[r]}")
+        ne.append(new[r])
+    return tuple(ne)
+
+
+def _pad_qkv(a: np.ndarray, dims: dict, new: dict) -> np.ndarray:
+    """Fused [q; k; v] rows (last numpy axis of a bias, first of a weight)."""
+    cuts = [dims["Q"], dims["Q"] + dims["K"]]
+    parts = np.split(a, cuts, axis=0)
+    sizes = [new["Q"], new["K"], new["K"]]
+    padded = [_pad_corner(p, (s,) + tuple(new["E"] if i == 1 else x for i, x in enumerate(p.shape[1:], 1)))
+              for p, s in zip(parts, sizes)]
+    return np.concatenate(padded, axis=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# make_deep
+# ---------------------------------------------------------------------------------------------
+
+
+def make_deep(src_gguf: str | os.PathLike, dst_gguf: str | os.PathLike, *, n_embd: int = 1024,
+              n_extra_layers: int = 16, n_head: int | None = None, n_ff: int | None = None,
+              n_ff_exp: int | None = None, seed: int = 0) -> Path:
+    """Write a deep, wide variant of the glm4moe GGUF ``src_gguf`` to ``dst_gguf``.
+
+    n_embd: residual width D (>= the source's d); n_extra_layers: zero-output trunk
+    blocks added after the trunk; n_head: query heads (default: scaled by D/d,
+    head dim kept; the GQA ratio is kept, so it must be a multiple of it);
+    n_ff / n_ff_exp: dense / expert FFN widths (default: scaled by D/d).
+    Extra-block weights are drawn from ``seed``. Returns the output path."""
+    import gguf
+    from gguf import GGUFValueType as VT
+
+    src_gguf, dst_gguf = Path(src_gguf), Path(dst_gguf)
+    reader = gguf.GGUFReader(str(src_gguf))
+    fields = reader.fields
+    arch = _scalar(fields, "general.architecture")
+    if arch != ARCH:
+        raise ValueError(f"make_deep supports {ARCH} GGUFs, {src_gguf.name} is {arch}")
+    k = lambda s: f"{ARCH}.{s}"  # noqa: E731
+
+    d = int(_scalar(fields, k("embedding_length")))
+    n_block = int(_scalar(fields, k("block_count")))
+    n_nextn = int(_scalar(fields, k("nextn_predict_layers"), 0))
+    if n_nextn != 1:
+        raise ValueError(f"make_deep needs exactly one NextN block, {src_gguf.name} has {n_nextn}")
+    n_trunk = n_block - n_nextn
+    lead = int(_scalar(fields, k("leading_dense_block_count"), 0))
+    nh = int(_scalar(fields, k("attention.head_count")))
+    nkv = int(_scalar(fields, k("attention.head_count_kv"), nh))
+    hd_k = int(_scalar(fields, k("attention.key_length"), d // nh))
+    hd_v = int(_scalar(fields, k("attention.value_length"), hd_k))
+    if hd_k != hd_v:
+        raise ValueError("make_deep needs key_length == value_length")
+    n_rot = int(_scalar(fields, k("rope.dimension_count"), hd_k))
+    ff = int(_scalar(fields, k("feed_forward_length")))
+    ffx = int(_scalar(fields, k("expert_feed_forward_length")))
+    n_sh = int(_scalar(fields, k("expert_shared_count"), 0))
+    eps = float(_scalar(fields, k("attention.layer_norm_rms_epsilon")))
+
+    D = int(n_embd)
+    if D < d:
+        raise ValueError(f"n_embd {D} is smaller than the source's {d}")
+    if n_extra_layers < 0:
+        raise ValueError("n_extra_layers must be >= 0")
+    if nh % nkv:
+        raise ValueError(f"head_count {nh} is not a multiple of head_count_kv {nkv}")
+    ratio = nh // nkv
+    NH = int(n_head) if n_head is not None else max(nh, (nh * D) // d)
+    NH = max(ratio, NH - NH % ratio)
+    if NH < nh or NH % ratio:
+        raise ValueError(f"n_head must be >= {nh} and a multiple of the GQA ratio {ratio}")
+    NKV = NH // ratio
+    FF = int(n_ff) if n_ff is not None else (ff * D) // d
+    FFX = int(n_ff_exp) if n_ff_exp is not None else (ffx * D) // d
+    if FF < ff or FFX < ffx:
+        raise ValueError(f"n_ff / n_ff_exp must be >= the source's {ff} / {ffx}")
+    NX = int(n_extra_layers)
+
+    dims = {"E": d, "Q": nh * hd_k, "K": nkv * hd_k, "F": ff, "X": ffx, "S": ffx * max(n_sh, 1)}
+    new = {"E": D, "Q": NH * hd_k, "K": NKV * hd_k, "F": FF, "X": FFX, "S": FFX * max(n_sh, 1)}
+    norm_scale = math.sqrt(d / D)
+    eps_new = eps * d / D
+
+    # ---- group the source tensors -----------------------------------------------------------
+    glob: list = []
+    blocks: dict[int, list] = {}
+    for t in reader.tensors:
+        m = _BLK.match(t.name)
+        if m:
+            blocks.setdefault(int(m.group(1)), []).append((m.group(2), t))
+        else:
+            glob.append(t)
+    if sorted(blocks) != list(range(n_block)):
+        raise ValueError(f"expected blocks 0..{n_block - 1}, found {sorted(blocks)}")
+    has_qk_norm = {i: {s for s, _ in ts} & {"attn_q_norm.weight", "attn_k_norm.weight"} for i, ts in blocks.items()}
+
+    def convert(suffix: str, a: np.ndarray, ne_old: tuple, blk: int | None, name: str) -> np.ndarray:
+        if suffix == "nextn.eh_proj.weight":
+            if ne_old != (2 * d, d):
+                raise ValueError(f"{name}: expected ne {(2 * d, d)}, got {ne_old}")
+            out = np.zeros((D, 2 * D), dtype=a.dtype)
+            out[:d, :d] = a[:, :d]
+            out[:d, D:D + d] = a[:, d:]
+            return out
+        if suffix in ("attn_qkv.weight", "attn_qkv.bias"):
+            if suffix == "attn_qkv.weight":
+                out = _pad_qkv(a, dims, new)
+            else:
+                out = _pad_qkv(a[:, None], dims, {**new, "E": 1})[:, 0]
+            q_s = norm_scale if "attn_q_norm.weight" in has_qk_norm[blk] else 1.0
+            k_s = norm_scale if "attn_k_norm.weight" in has_qk_norm[blk] else 1.0
+            if q_s != 1.0 or k_s != 1.0:
+                out = out.astype(np.float32)
+                out[:new["Q"]] *= q_s
+                out[new["Q"]:new["Q"] + new["K"]] *= k_s
+                out = out.astype(a.dtype)
+            return out
+        roles = (_GLOBAL_ROLES if blk is None else _BLOCK_ROLES).get(suffix)
+        if roles is None:
+            raise ValueError(f"make_deep does not know how to widen {name}")
+        ne = _new_shape(roles, ne_old, dims, new, name)
+        out = _pad_corner(a, tuple(reversed(ne)))
+        scale = 1.0
+        if suffix in _RESIDUAL_NORMS:
+            scale = norm_scale
+        elif blk is not None and suffix.startswith("attn_q.") and "attn_q_norm.weight" in has_qk_norm[blk]:
+            scale = norm_scale
+        elif blk is not None and suffix.startswith("attn_k.") and "attn_k_norm.weight" in has_qk_norm[blk]:
+            scale = norm_scale
+        if scale != 1.0:
+            out = (out.astype(np.float64) * scale).astype(a.dtype)
+        return out
+
+    def ne_of(t) -> tuple:
+        return tuple(int(x) for x in t.shape)
+
+    # ---- metadata ---------------------------------------------------------------------------
+    overrides: dict[str, int | float] = {
+        k("embedding_length"): D,
+        k("block_count"): n_block + NX,
+        k("attention.head_count"): NH,
+        k("attention.head_count_kv"): NKV,
+        k("attention.key_length"): hd_k,
+        k("attention.value_length"): hd_v,
+        k("rope.dimension_count"): n_rot,
+        k("feed_forward_length"): FF,
+        k("expert_feed_forward_length"): FFX,
+        k("attention.layer_norm_rms_epsilon"): eps_new,
+    }
+    all_dense = lead >= n_trunk
+    if all_dense:
+        overrides[k("leading_dense_block_count")] = n_trunk + NX
+    default_types = {k("attention.layer_norm_rms_epsilon"): VT.FLOAT32}
+
+    dst_gguf.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(dst_gguf), ARCH)
+    written = set()
+    for name, field in fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        val, vtype, sub = _field_value(field)
+        if name == "general.alignment":
+            writer.add_custom_alignment(int(val))
+            written.add(name)
+            continue
+        if name == "general.name":
+            val = val + f"-deep-e{D}-x{NX}".encode()
+        if name in overrides:
+            val = overrides[name]
+        writer.add_key_value(name, val, vtype, sub)
+        written.add(name)
+    for name, val in overrides.items():
+        if name not in written:
+            writer.add_key_value(name, val, default_types.get(name, VT.UINT32))
+    writer.add_key_value("pymtp.deep.source", src_gguf.name, VT.STRING)
+    writer.add_key_value("pymtp.deep.source_embedding_length", d, VT.UINT32)
+    writer.add_key_value("pymtp.deep.source_block_count", n_block, VT.UINT32)
+    writer.add_key_value("pymtp.deep.seed", int(seed), VT.UINT32)
+
+    # ---- tensors ----------------------------------------------------------------------------
+    rng = np.random.default_rng(seed)
+    n_new_trunk = n_trunk + NX
+
+    def extra_block(i: int) -> list[tuple[str, np.ndarray]]:
+        out = []
+        for suffix, t in blocks[n_trunk - 1]:
+            a = convert(suffix, _tensor_array(t), ne_of(t), n_trunk - 1, t.name)
+            if suffix in _ZERO_IN_EXTRA:
+                v = np.zeros(a.shape, dtype=a.dtype)
+            elif suffix.endswith(".bias"):
+                v = np.zeros(a.shape, dtype=a.dtype)
+            elif a.ndim == 1:  # norms
+                v = np.ones(a.shape, dtype=a.dtype)
+            else:
+                v = (rng.standard_normal(a.shape, dtype=np.float32) * 0.02).astype(a.dtype)
+            out.append((f"blk.{i}.{suffix}", v))
+        return out
+
+    for t in glob:
+        suffix = t.name
+        writer.add_tensor(t.name, np.ascontiguousarray(convert(suffix, _tensor_array(t), ne_of(t), None, t.name)))
+    for b in range(n_block):
+        nb = b if b < n_trunk else b + NX
+        if b == n_trunk:
+            for i in range(n_trunk, n_new_trunk):
+                for name, v in extra_block(i):
+                    writer.add_tensor(name, np.ascontiguousarray(v))
+        for suffix, t in blocks[b]:
+            writer.add_tensor(f"blk.{nb}.{suffix}",
+                              np.ascontiguousarray(convert(suffix, _tensor_array(t), ne_of(t), b, t.name)))
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dst_gguf
+
+
+# ---------------------------------------------------------------------------------------------
+# cached variants
+# ---------------------------------------------------------------------------------------------
+
+
+def _default_cache_dir() -> Path:
+    root = os.environ.get("PYMTP_CACHE_DIR")
+    return (Path(root) if root else Path.home() / ".cache" / "pymtp") / "deep"
+
+
+def _source_key(src: Path) -> str:
+    st = src.stat()
+    h = hashlib.sha256()
+    h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+    with open(src, "rb") as f:
+        h.update(f.read(1 << 20))
+    return h.hexdigest()
+
+
+def deep_variant_path(src: str | os.PathLike | None = None, *, cache_dir: str | os.PathLike | None = None,
+                      **kw: Any) -> Path:
+    """The path of the deep variant of ``src`` (default: the bundled default model),
+    generated on first use with ``make_deep(src, ..., **kw)``.
+
+    Cached under ``cache_dir`` (default ``$PYMTP_CACHE_DIR/deep`` or
+    ``~/.cache/pymtp/deep``), keyed by the source's size, mtime and first MB and by
+    the parameters; written to a temporary file and renamed."""
+    if src is None:
+        from .generate import default_model_path
+
+        src = default_model_path()
+    src = Path(src)
+    params = {"n_embd": 1024, "n_extra_layers": 16, "n_head": None, "n_ff": None, "n_ff_exp": None, "seed": 0}
+    unknown = set(kw) - set(params)
+    if unknown:
+        raise TypeError(f"unknown deep-variant parameters: {sorted(unknown)}")
+    params.update(kw)
+    d = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
+    digest = hashlib.sha256(json.dumps({"v": DEEP_VERSION, "src": _source_key(src), **params},
+                                       sort_keys=True).encode()).hexdigest()[:12]
+    path = d / f"{src.stem}-deep-e{params['n_embd']}-x{params['n_extra_layers']}-{digest}.gguf"
+    if path.is_file():
+        return path
+    d.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=path.stem + ".", suffix=".tmp")
+    os.close(fd)
+    try:
+        make_deep(src, tmp, **params)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _summary(path: Path) -> str:
+    import gguf
+
+    r = gguf.GGUFReader(str(path))
+    v = lambda key: r.fields[f"{ARCH}.{key}"].contents()  # noqa: E731
+    return (f"{path.name}: n_embd {v('embedding_length')}, {v('block_count') - v('nextn_predict_layers')} trunk "
+            f"blocks + {v('nextn_predict_layers')} NextN, {v('attention.head_count')} heads "
+            f"({v('attention.head_count_kv')} KV) of {v('attention.key_length')}, ffn {v('feed_forward_length')}, "
+            f"expert ffn {v('expert_feed_forward_length')}, {path.stat().st_size / 2**20:.1f} MiB")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pymtp.deep",
+                                 description="Write a deep, wide glm4moe variant with identical predictions.")
+    ap.add_argument("--src", default=None, help="source glm4moe GGUF (default: the bundled default model)")
+    ap.add_argument("--out", default=None, help="output path (default: the cache, see deep_variant_path)")
+    ap.add_argument("--n-embd", type=int, default=1024)
+    ap.add_argument("--extra-layers", type=int, default=16)
+    ap.add_argument("--n-head", type=int, default=None)
+    ap.add_argument("--n-ff", type=int, default=None)
+    ap.add_argument("--n-ff-exp", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    kw = dict(n_embd=a.n_embd, n_extra_layers=a.extra_layers, n_head=a.n_head, n_ff=a.n_ff,
+              n_ff_exp=a.n_ff_exp, seed=a.seed)
+    if a.out is None:
+        path = deep_variant_path(a.src, **kw)
+    else:
+        src = a.src
+        if src is None:
+            from .generate import default_model_path
+
+            src = default_model_path()
+        path = make_deep(src, a.out, **kw)
+    print(path)
+    print(_summary(Path(path)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
