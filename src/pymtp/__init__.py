@@ -5,6 +5,7 @@
 """
 
 from ._native import build_info, set_log_level
+from .chat import chat, chat_stream
 from .config import GenerationConfig, SamplingConfig, SpecConfig
 from .errors import (
     ContextFullError,
@@ -39,6 +40,8 @@ __all__ = [
     "TextStream",
     "UnsupportedError",
     "build_info",
+    "chat",
+    "chat_stream",
     "default_model_path",
     "generate",
     "load",

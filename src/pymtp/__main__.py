@@ -1,0 +1,7 @@
+"""`python -m pymtp ...` is the `pymtp` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,599 @@
+"""The ``pymtp`` command: generate, chat, bench, info, serve.
+
+    pymtp generate "def fibonacci(n):" --max-tokens 64
+    pymtp chat --model glm-4.5-air.gguf
+    pymtp info --model model.gguf
+    pymtp serve --model model.gguf --port 8000
+    pymtp bench --help
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from typing import Sequence
+
+EXIT_OK = 0
+EXIT_ERROR = 1      # loading or generation failed
+EXIT_USAGE = 2      # bad arguments, missing model file, model without a chat template
+EXIT_INTERRUPTED = 130
+
+_EPILOG = """\
+examples:
+  pymtp generate "def fibonacci(n):"                 # bundled default model, greedy, MTP drafting
+  pymtp generate -m model.gguf "Once upon a time" -n 200 -t 0.7 --seed 1
+  pymtp generate -m model.gguf --no-spec "Hello"     # plain decoding, to compare speed
+  echo "Summarise: ..." | pymtp generate -m model.gguf -
+  pymtp chat -m model.gguf --system "You are terse."
+  pymtp chat -m base-model.gguf --template chatml    # a model without a chat template
+  pymtp info -m model.gguf
+  pymtp serve -m model.gguf --port 8000              # OpenAI-compatible: http://127.0.0.1:8000/v1
+  pymtp bench --help
+
+The model defaults to $PYMTP_MODEL, else the small model bundled with pymtp.
+Set PYMTP_LOG=info (or debug) to see llama.cpp's log.
+Exit status: 0 ok, 1 error while loading or generating, 2 bad arguments (a missing
+model file, a model without a chat template), 130 interrupted.
+"""
+
+
+class CliError(Exception):
+    """A user error: printed without a traceback, exit status EXIT_USAGE."""
+
+
+# ---- progress ----------------------------------------------------------------------------
+
+
+class Progress:
+    """An indicator for work of unknown length that shows only once it has taken `delay` s.
+
+    A tqdm spinner on a terminal (when tqdm is installed), else one plain line
+    "<label> ..." and "done in N s" at the end. Writes to `file` (stderr)."""
+
+    def __init__(self, label: str, *, delay: float = 1.0, file=None, enabled: bool = True) -> None:
+        self.label = label
+        self.delay = delay
+        self.file = file if file is not None else sys.stderr
+        self.enabled = enabled
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._shown = False
+        self._t0 = 0.0
+
+    def __enter__(self) -> Progress:
+        self._t0 = time.perf_counter()
+        if self.enabled:
+            self._thread = threading.Thread(target=self._run, name="pymtp-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        if self._done.wait(self.delay):
+            return
+        self._shown = True
+        tty = getattr(self.file, "isatty", lambda: False)()
+        bar = None
+        if tty:
+            try:
+                from tqdm import tqdm
+                bar = tqdm(desc=self.label, total=None, file=self.file, leave=False,
+                           bar_format="{desc} {elapsed}", dynamic_ncols=True)
+            except ImportError:
+                bar = None
+        if bar is None:
+            print(f"{self.label} ...", file=self.file, flush=True)
+            self._done.wait()
+            return
+        spin = "|/-\\"
+        i = 0
+        while not self._done.wait(0.1):
+            bar.set_description_str(f"{self.label} {spin[i % 4]}", refresh=False)
+            bar.refresh()
+            i += 1
+        bar.close()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._shown and exc_type is None:
+            print(f"{self.label}: done in {time.perf_counter() - self._t0:.1f} s", file=self.file, flush=True)
+
+
+# ---- arguments -----------------------------------------------------------------------------
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("-m", "--model", metavar="PATH",
+                   help="GGUF file (default: $PYMTP_MODEL, else the bundled default model)")
+    g.add_argument("-c", "--n-ctx", type=int, metavar="N",
+                   help="context length (default: the model's training context, at most 4096)")
+    g.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: llama.cpp's choice)")
+    g.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1, metavar="N",
+                   help="layers to offload to the GPU (-1 = all, 0 = none; default -1)")
+    g.add_argument("--no-mtp", action="store_true", help="do not load the MTP blocks (implies --no-spec)")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress or stats lines on stderr")
+    g.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log (like PYMTP_LOG=info)")
+
+
+def _add_sampling_args(p: argparse.ArgumentParser, *, max_tokens: int = 256) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("-n", "--max-tokens", type=int, default=max_tokens, metavar="N",
+                   help=f"most tokens to generate (default {max_tokens})")
+    g.add_argument("-t", "--temperature", type=float, default=0.0, metavar="T",
+                   help="0 = greedy (default), higher = more random")
+    g.add_argument("--top-k", type=int, default=0, metavar="K", help="keep the K most likely tokens (0 = all)")
+    g.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling mass (default 1)")
+    g.add_argument("--min-p", type=float, default=0.0, metavar="P",
+                   help="drop tokens below P x the top probability (default 0)")
+    g.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R", help="(default 1 = off)")
+    g.add_argument("--seed", type=int, metavar="S", help="random seed for sampling (default: random)")
+    g.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                   help="stop when TEXT is generated (repeatable)")
+    g.add_argument("--ignore-eos", action="store_true", help="keep going past end-of-generation tokens")
+    s = p.add_argument_group("speculation (MTP drafting)")
+    s.add_argument("--no-spec", action="store_true", help="plain decoding, no drafting")
+    s.add_argument("--n-draft", type=int, default=None, metavar="K",
+                   help="most tokens drafted per step (default 3)")
+    s.add_argument("--p-min", type=float, default=None, metavar="P",
+                   help="stop drafting when the head's top probability is below P (default 0)")
+    s.add_argument("--no-adaptive", action="store_true", help="keep the draft length fixed at --n-draft")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pymtp",
+        description="Multi-token-prediction (MTP) speculative decoding on llama.cpp: the model's own MTP "
+                    "head drafts tokens, the trunk verifies them in one pass.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"pymtp {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    fmt = argparse.RawDescriptionHelpFormatter
+    g = sub.add_parser("generate", aliases=["gen"], formatter_class=fmt,
+                       help="continue a prompt, streaming the text; a stats line at the end",
+                       description="Continue PROMPT and stream the text to stdout; speculation stats go "
+                                   "to stderr.",
+                       epilog='examples:\n  pymtp generate "def fibonacci(n):" -n 64\n'
+                              '  pymtp generate -m model.gguf --no-spec "Hello"\n'
+                              '  cat prompt.txt | pymtp generate -m model.gguf -\n')
+    g.add_argument("prompt", nargs="?", help="the prompt text; '-' or nothing reads it from stdin")
+    g.add_argument("-f", "--file", metavar="PATH", help="read the prompt from a file")
+    g.add_argument("--chat", action="store_true",
+                   help="treat the prompt as a user message and format it with the chat template")
+    g.add_argument("--template", metavar="NAME", help="with --chat: chat template override (e.g. chatml)")
+    g.add_argument("--json", action="store_true",
+                   help="print one JSON object (text, finish_reason, usage, stats) instead of streaming")
+    _add_model_args(g)
+    _add_sampling_args(g)
+
+    c = sub.add_parser("chat", formatter_class=fmt, help="interactive chat using the model's chat template",
+                       description="An interactive chat. Commands: /reset (forget the conversation), "
+                                   "/stats (toggle the stats line), /exit (or Ctrl-D). Ctrl-C stops a reply.",
+                       epilog="examples:\n  pymtp chat -m model.gguf\n"
+                              "  pymtp chat -m base.gguf --template chatml --system 'Be brief.'\n")
+    c.add_argument("--template", metavar="NAME",
+                   help="chat template: a llama.cpp built-in name (chatml, llama3, gemma, ...) or a "
+                        "template text; default the GGUF's own")
+    c.add_argument("--system", metavar="TEXT", help="a system message to start the conversation")
+    c.add_argument("--stats", action="store_true", help="print the stats line after each reply")
+    _add_model_args(c)
+    _add_sampling_args(c, max_tokens=512)
+
+    sub.add_parser("bench", add_help=False, help="benchmark speculative vs plain decoding "
+                                                 "(pymtp bench --help for its options)")
+
+    i = sub.add_parser("info", formatter_class=fmt, help="describe a model and the llama.cpp build",
+                       description="Architecture, MTP blocks, vocabulary, context, size and the native build.",
+                       epilog="examples:\n  pymtp info -m model.gguf\n  pymtp info -m model.gguf --json\n")
+    i.add_argument("--json", action="store_true", help="print JSON")
+    _add_model_args(i)
+
+    s = sub.add_parser("serve", formatter_class=fmt, help="an OpenAI-compatible HTTP server (needs pymtp[server])",
+                       description="Serve one model over an OpenAI-compatible API: /v1/completions, "
+                                   "/v1/chat/completions (both with stream=true), /v1/models. Requests "
+                                   "are served one at a time. Needs: pip install 'pymtp[server]'.",
+                       epilog="examples:\n  pymtp serve -m model.gguf --port 8000\n\n"
+                              "  from openai import OpenAI\n"
+                              "  client = OpenAI(base_url='http://127.0.0.1:8000/v1', api_key='none')\n"
+                              "  client.chat.completions.create(model='model', messages=[...])\n")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    s.add_argument("--model-name", metavar="ID", help="the model id clients see (default: the file name)")
+    s.add_argument("--template", metavar="NAME", help="chat template override (e.g. chatml)")
+    s.add_argument("--max-tokens", type=int, default=None, metavar="N",
+                   help="default max_tokens when a request gives none (default 256)")
+    s.add_argument("--no-spec", action="store_true", help="serve with plain decoding")
+    s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level (default info)")
+    _add_model_args(s)
+    return parser
+
+
+def _version() -> str:
+    try:
+        from . import __version__
+        return __version__
+    except Exception:  # pragma: no cover
+        return "?"
+
+
+# ---- helpers -------------------------------------------------------------------------------
+
+
+def _model_path(args) -> str:
+    if args.model:
+        path = os.path.expanduser(args.model)
+        if not os.path.isfile(path):
+            raise CliError(f"model file not found: {path}")
+        return path
+    from .generate import default_model_path
+    try:
+        return str(default_model_path())
+    except FileNotFoundError as e:
+        raise CliError(f"{e}. Give a GGUF with --model PATH (or set PYMTP_MODEL).") from None
+
+
+def _load(args):
+    import pymtp
+    if getattr(args, "verbose", False):
+        import logging
+        pymtp.set_log_level("info")
+        if not logging.getLogger().handlers:
+            logging.basicConfig(format="%(name)s %(levelname)s: %(message)s")
+    path = _model_path(args)
+    with Progress(f"loading {os.path.basename(path)}", enabled=not args.quiet):
+        return pymtp.load(path, mtp=not args.no_mtp, n_ctx=args.n_ctx, n_threads=args.threads,
+                          n_gpu_layers=args.n_gpu_layers)
+
+
+def _speculative(args, model) -> bool | dict:
+    if args.no_spec or args.no_mtp:
+        return False
+    if not model.mtp_loaded:
+        if args.n_draft is not None or args.p_min is not None:
+            raise CliError(f"{model.path.name} has no MTP blocks ({model.architecture}): it cannot draft. "
+                           "Drop --n-draft/--p-min, or use --no-spec.")
+        print(f"note: {model.path.name} has no MTP blocks; decoding without speculation", file=sys.stderr)
+        return False
+    spec: dict = {}
+    if args.n_draft is not None:
+        spec["n_draft"] = args.n_draft
+    if args.p_min is not None:
+        spec["p_min"] = args.p_min
+    if args.no_adaptive:
+        spec["adaptive"] = False
+    return spec or True
+
+
+def _gen_kwargs(args, model) -> dict:
+    return dict(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                min_p=args.min_p, repetition_penalty=args.repetition_penalty, seed=args.seed,
+                stop=args.stop, ignore_eos=args.ignore_eos, speculative=_speculative(args, model))
+
+
+def _read_prompt(args) -> str:
+    if args.file:
+        try:
+            with open(os.path.expanduser(args.file), encoding="utf-8") as f:
+                return f.read()
+        except OSError as e:
+            raise CliError(f"cannot read the prompt file: {e}") from None
+    if args.prompt is not None and args.prompt != "-":
+        return args.prompt
+    if args.prompt is None and sys.stdin is not None and sys.stdin.isatty():
+        raise CliError("give a prompt: pymtp generate \"your prompt\" (or '-' to read stdin)")
+    return sys.stdin.read()
+
+
+def _write(text: str) -> None:
+    out = sys.stdout
+    try:
+        out.write(text)
+    except UnicodeEncodeError:
+        enc = getattr(out, "encoding", None) or "utf-8"
+        out.write(text.encode(enc, "replace").decode(enc, "replace"))
+    out.flush()
+
+
+def _stats_line(result) -> str:
+    from .display import stats_line
+    return stats_line(result.stats, result.finish_reason)
+
+
+def _result_json(result, model) -> dict:
+    from .display import stats_dict
+    return {"text": result.text, "finish_reason": result.finish_reason, "model": str(model.path),
+            "usage": {"prompt_tokens": len(result.prompt_tokens), "completion_tokens": len(result.tokens),
+                      "total_tokens": len(result.prompt_tokens) + len(result.tokens)},
+            "stats": stats_dict(result.stats)}
+
+
+# ---- commands ------------------------------------------------------------------------------
+
+
+def cmd_generate(args) -> int:
+    import pymtp
+    prompt = _read_prompt(args)
+    if not prompt:
+        raise CliError("the prompt is empty")
+    model = _load(args)
+    try:
+        kw = _gen_kwargs(args, model)
+        if args.chat:
+            from .chat import chat_stream
+            _check_template(model, args.template)
+            s = chat_stream(prompt, model, template=args.template, **kw)
+        else:
+            s = pymtp.stream(prompt, model, **kw)
+        if args.json:
+            for _ in s:
+                pass
+            print(json.dumps(_result_json(s.result, model), ensure_ascii=False))
+            return EXIT_OK
+        try:
+            for piece in s:
+                _write(piece)
+        except KeyboardInterrupt:
+            s.close()
+            _write("\n")
+            print("interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        _write("\n")
+        if not args.quiet:
+            print(_stats_line(s.result), file=sys.stderr, flush=True)
+        return EXIT_OK
+    finally:
+        model.close()
+
+
+def _check_template(model, template: str | None) -> None:
+    from .errors import PymtpError
+    if template is None and model.chat_template() is None:
+        raise CliError(f"{model.path.name} has no chat template, so chat cannot format the conversation. "
+                       "Pass one with --template NAME (a llama.cpp built-in such as chatml, llama3, gemma, "
+                       "mistral-v7, phi3), or use 'pymtp generate' with a raw prompt.")
+    try:
+        model.apply_chat_template([{"role": "user", "content": "hi"}], template=template)
+    except PymtpError as e:
+        raise CliError(f"chat template {template or '(from the GGUF)'} is not usable: {e}") from None
+
+
+def cmd_chat(args) -> int:
+    from .chat import chat_stream
+    model = _load(args)
+    try:
+        _check_template(model, args.template)
+        kw = _gen_kwargs(args, model)
+        history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
+        show_stats = args.stats
+        interactive = sys.stdin is not None and sys.stdin.isatty()
+        if interactive:
+            try:
+                import readline  # noqa: F401  (line editing and history for input())
+            except ImportError:  # pragma: no cover
+                pass
+            print(f"pymtp chat with {model.path.name} ({model.architecture}"
+                  f"{', MTP drafting' if kw['speculative'] is not False else ''}). "
+                  "/reset, /stats, /exit or Ctrl-D to quit.", file=sys.stderr)
+        while True:
+            try:
+                line = input("> " if interactive else "")
+            except EOFError:
+                if interactive:
+                    print(file=sys.stderr)
+                return EXIT_OK
+            except KeyboardInterrupt:
+                print(file=sys.stderr)
+                return EXIT_INTERRUPTED
+            text = line.strip()
+            if not text:
+                continue
+            if text in ("/exit", "/quit", "/q"):
+                return EXIT_OK
+            if text == "/reset":
+                history = history[:1] if args.system else []
+                print("(conversation cleared)", file=sys.stderr)
+                continue
+            if text == "/stats":
+                show_stats = not show_stats
+                print(f"(stats {'on' if show_stats else 'off'})", file=sys.stderr)
+                continue
+            history.append({"role": "user", "content": line})
+            s = chat_stream(history, model, template=args.template, **kw)
+            reply = []
+            try:
+                for piece in s:
+                    reply.append(piece)
+                    _write(piece)
+            except KeyboardInterrupt:
+                s.close()
+                _write("\n")
+                print("(reply interrupted)", file=sys.stderr)
+                history.append({"role": "assistant", "content": "".join(reply)})
+                continue
+            _write("\n")
+            history.append({"role": "assistant", "content": s.result.text})
+            if show_stats and not args.quiet:
+                print(_stats_line(s.result), file=sys.stderr, flush=True)
+    finally:
+        model.close()
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)  # pragma: no cover
+
+
+def _fmt_count(n: int) -> str:
+    for div, suf in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.2f}{suf}"
+    return str(n)
+
+
+def model_info(model) -> dict:
+    """The facts `pymtp info` prints, as a dict."""
+    import pymtp
+    tmpl = model.chat_template()
+    return {
+        "path": str(model.path),
+        "file_size": model.path.stat().st_size,
+        "architecture": model.architecture,
+        "description": model.description,
+        "name": model.meta("general.name"),
+        "n_params": model.n_params,
+        "size_bytes": model.size_bytes,
+        "n_layer": model.n_layer,
+        "n_embd": model.n_embd,
+        "n_mtp_layers": model.n_mtp_layers,
+        "mtp_loaded": model.mtp_loaded,
+        "n_vocab": model.n_vocab,
+        "n_ctx_train": model.n_ctx_train,
+        "recurrent": model.is_recurrent,
+        "hybrid": model.is_hybrid,
+        "rollback": model.supports_rollback,
+        "chat_template": tmpl is not None,
+        "build_info": pymtp.build_info(),
+        "pymtp_version": _version(),
+    }
+
+
+def cmd_info(args) -> int:
+    model = _load(args)
+    try:
+        info = model_info(model)
+    finally:
+        model.close()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return EXIT_OK
+    mtp = f"{info['n_mtp_layers']}" + (" (loaded)" if info["mtp_loaded"] else
+                                        " (not loaded: --no-mtp)" if info["n_mtp_layers"] and args.no_mtp
+                                        else "" if not info["n_mtp_layers"] else " (not loaded)")
+    kind = "hybrid (attention + recurrent)" if info["hybrid"] else "recurrent" if info["recurrent"] else "attention"
+    rows = [
+        ("file", info["path"]),
+        ("file size", f"{_fmt_bytes(info['file_size'])} ({info['file_size']} bytes)"),
+        ("name", info["name"] or "-"),
+        ("architecture", f"{info['architecture']} ({info['description']})"),
+        ("parameters", f"{_fmt_count(info['n_params'])} ({info['n_params']})"),
+        ("layers", f"{info['n_layer']} trunk, n_embd {info['n_embd']}, {kind}"),
+        ("MTP blocks", mtp + ("" if info["n_mtp_layers"] else "  -- no speculative decoding with this model")),
+        ("vocabulary", f"{info['n_vocab']} tokens"),
+        ("context length", f"{info['n_ctx_train']} (training)"),
+        ("chat template", "yes" if info["chat_template"] else "none (use --template with chat)"),
+        ("llama.cpp build", info["build_info"]),
+        ("pymtp", info["pymtp_version"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    return EXIT_OK
+
+
+def cmd_serve(args) -> int:
+    try:
+        from .server import create_app, serve
+    except ImportError as e:
+        raise CliError(f"{e}") from None
+    model = _load(args)
+    try:
+        if args.template is not None:
+            _check_template(model, args.template)
+        defaults = {"speculative": False} if (args.no_spec or args.no_mtp or not model.mtp_loaded) else {}
+        if args.max_tokens is not None:
+            defaults["max_tokens"] = args.max_tokens
+        app = create_app(model, model_name=args.model_name, chat_template=args.template, defaults=defaults)
+        serve(app, host=args.host, port=args.port, log_level=args.log_level)
+        return EXIT_OK
+    finally:
+        model.close()
+
+
+def cmd_bench(argv: Sequence[str]) -> int:
+    try:
+        from . import bench
+    except ImportError as e:
+        if getattr(e, "name", None) == "pymtp.bench":
+            print("error: pymtp bench is not available in this installation", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+    rc = bench.main(list(argv))
+    return int(rc or 0)
+
+
+# ---- entry point -------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the pymtp command line; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "bench":
+        try:
+            return cmd_bench(argv[1:])
+        except SystemExit as e:  # the bench's own argparse (--help, bad arguments)
+            return _exit_code(e)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return _exit_code(e)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    commands = {"generate": cmd_generate, "gen": cmd_generate, "chat": cmd_chat, "info": cmd_info,
+                "serve": cmd_serve}
+    from pydantic import ValidationError
+
+    from .errors import PymtpError
+    try:
+        return commands[args.command](args)
+    except CliError as e:
+        print(f"pymtp {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValidationError as e:  # a bad option value (SamplingConfig / SpecConfig / GenerationConfig)
+        print(f"pymtp {args.command}: error: invalid option value: {_validation_message(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (PymtpError, ValueError, OSError) as e:
+        print(f"pymtp {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+_OPTION_NAMES = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p",
+                 "repetition_penalty": "--repetition-penalty", "seed": "--seed", "max_tokens": "--max-tokens",
+                 "n_draft": "--n-draft", "p_min": "--p-min", "stop": "--stop"}
+
+
+def _validation_message(e) -> str:
+    msgs = []
+    for err in e.errors():
+        field = str(err["loc"][0]) if err.get("loc") else ""
+        name = _OPTION_NAMES.get(field, field)
+        msgs.append(f"{name}: {err['msg']}" if name else err["msg"])
+    return "; ".join(msgs) or str(e)
+
+
+def _exit_code(e: SystemExit) -> int:
+    code = e.code
+    if code is None:
+        return EXIT_OK
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return EXIT_ERROR
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

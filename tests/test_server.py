@@ -1,0 +1,250 @@
+"""The OpenAI-compatible server (pymtp.server) on a real uvicorn, driven by the official openai client.
+
+Servers listen on 127.0.0.1 only (an ephemeral port), requests are few and short
+(max_tokens <= 24 on the tiny fixtures), every client call has a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytest.importorskip("fastapi")
+uvicorn = pytest.importorskip("uvicorn")
+openai = pytest.importorskip("openai")
+
+import pymtp  # noqa: E402
+from pymtp.chat import chat  # noqa: E402
+from pymtp.server import create_app  # noqa: E402
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+          "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+TIMEOUT = 30
+
+
+def with_chat_template(src, dst, template: str):
+    """Copy a GGUF, adding tokenizer.chat_template (pymtp.fixtures writes none)."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+    r = GGUFReader(str(src))
+    w = GGUFWriter(str(dst), r.get_field("general.architecture").contents())
+    for f in r.fields.values():
+        if f.name == "general.architecture" or f.name.startswith("GGUF."):
+            continue
+        vt = f.types[0]
+        w.add_key_value(f.name, f.contents(), vt, sub_type=f.types[-1] if vt == GGUFValueType.ARRAY else None)
+    w.add_chat_template(template)
+    for t in r.tensors:
+        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for t in r.tensors:
+        w.write_tensor_data(t.data, tensor_endianess=r.endianess)
+    w.close()
+    return dst
+
+
+class _Server:
+    """uvicorn in a background thread on 127.0.0.1:<free port>."""
+
+    def __init__(self, app) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        cfg = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(cfg)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> _Server:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+        self.sock.close()
+
+    def client(self):
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="none", max_retries=0, timeout=TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def chat_gguf(gguf, tmp_path_factory):
+    return with_chat_template(gguf("glm4moe"), tmp_path_factory.mktemp("chat") / "glm4moe-chat.gguf", CHATML)
+
+
+@pytest.fixture(scope="module")
+def served(chat_gguf):
+    model = pymtp.load(chat_gguf, n_ctx=512)
+    with _Server(create_app(model, model_name="fixture-chat")) as srv:
+        srv.model = model
+        yield srv
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return served.client()
+
+
+def post_raw(url: str, body: bytes | dict):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_models(client, served):
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["fixture-chat"]
+    card = models.data[0]
+    assert card.owned_by == "pymtp"
+    ext = card.model_extra["pymtp"]
+    assert ext["architecture"] == "glm4moe" and ext["n_mtp_layers"] == 1 and ext["chat_template"] is True
+    assert client.models.retrieve("fixture-chat").id == "fixture-chat"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("no-such-model")
+
+
+def test_completion_matches_library(client, models):
+    r = client.completions.create(model="fixture-chat", prompt="def f(x):", max_tokens=16, temperature=0)
+    ref = pymtp.generate("def f(x):", models("glm4moe"), max_tokens=16)
+    assert r.object == "text_completion"
+    assert r.choices[0].text == ref.text
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 16 and r.usage.prompt_tokens == len(ref.prompt_tokens)
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 16
+    ext = r.model_extra["pymtp"]
+    assert ext["speculative"] is True
+    assert 0.0 <= ext["acceptance_rate"] <= 1.0
+    assert ext["tokens_per_second"] > 0 and ext["mean_accepted"] >= 0
+    assert isinstance(ext["acceptance_by_position"], list) and ext["acceptance_by_position"]
+
+
+def test_completion_plain_and_token_prompt(client, served):
+    toks = served.model.tokenize("hello")
+    r1 = client.completions.create(model="x", prompt=toks, max_tokens=8, extra_body={"speculative": False})
+    r2 = client.completions.create(model="x", prompt="hello", max_tokens=8)
+    assert r1.choices[0].text == r2.choices[0].text
+    assert r1.model_extra["pymtp"]["speculative"] is False
+    assert r1.model_extra["pymtp"]["acceptance_by_position"] == []
+
+
+def test_completion_stream(client):
+    full = client.completions.create(model="x", prompt="The cat", max_tokens=20)
+    chunks = list(client.completions.create(model="x", prompt="The cat", max_tokens=20, stream=True,
+                                            stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == full.choices[0].text
+    finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finals) == 1 and finals[0].choices[0].finish_reason == "length"
+    assert "acceptance_rate" in finals[0].model_extra["pymtp"]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 20
+
+
+def test_chat_completion(client, served):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+    r = client.chat.completions.create(model="fixture-chat", messages=messages, max_tokens=12)
+    ref = chat(messages, served.model, max_tokens=12)
+    assert r.object == "chat.completion"
+    msg = r.choices[0].message
+    assert msg.role == "assistant" and msg.content == ref.text
+    assert r.choices[0].finish_reason in ("length", "stop")
+    assert r.usage.prompt_tokens == len(ref.prompt_tokens)
+    assert "mean_accepted" in r.model_extra["pymtp"]
+
+
+def test_chat_completion_stream(client):
+    messages = [{"role": "user", "content": "Tell me a story"}]
+    full = client.chat.completions.create(model="x", messages=messages, max_completion_tokens=16)
+    chunks = list(client.chat.completions.create(model="x", messages=messages, max_completion_tokens=16,
+                                                 stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == full.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == full.choices[0].finish_reason
+    assert "acceptance_by_position" in chunks[-1].model_extra["pymtp"]
+
+
+def test_bad_parameters_are_400(client, served):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="x", prompt="hi", max_tokens=4, temperature=-1)
+    assert e.value.status_code == 400
+    assert "temperature" in str(e.value)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], n=2)
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="x", prompt="hi", max_tokens=0)
+    status, body = post_raw(f"{served.url}/v1/completions", {"prompt": "hi", "top_p": 5})
+    assert status == 400
+    assert body["error"]["type"] == "invalid_request_error" and body["error"]["param"] == "top_p"
+    assert isinstance(body["error"]["message"], str)
+    status, body = post_raw(f"{served.url}/v1/chat/completions", b"{not json")
+    assert status == 400 and "error" in body
+    status, body = post_raw(f"{served.url}/v1/completions", {"prompt": ["a", "b"]})
+    assert status == 400 and body["error"]["param"] == "prompt"
+
+
+def test_context_full_maps_to_length(client):
+    r = client.completions.create(model="x", prompt="z" * 500, max_tokens=24)
+    assert r.choices[0].finish_reason == "length"
+    assert r.model_extra["pymtp"]["finish_reason"] == "context"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="x", prompt="z" * 600, max_tokens=4)
+    assert "context" in str(e.value)
+
+
+def test_concurrent_requests_are_serialized(client):
+    ref = client.completions.create(model="x", prompt="abc", max_tokens=16).choices[0].text
+    out: list = [None, None]
+
+    def one(i: int) -> None:
+        if i == 0:
+            chunks = client.completions.create(model="x", prompt="abc", max_tokens=16, stream=True)
+            out[i] = "".join(c.choices[0].text for c in chunks if c.choices)
+        else:
+            out[i] = client.completions.create(model="x", prompt="abc", max_tokens=16).choices[0].text
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert out == [ref, ref]
+
+
+def test_chat_without_template_is_400(models):
+    model = models("glm4moe")
+    with _Server(create_app(model)) as srv:
+        c = srv.client()
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
+        assert "chat template" in str(e.value)
+        # a completion on the same server still works
+        assert c.completions.create(model="x", prompt="hi", max_tokens=4).usage.completion_tokens == 4
+
+
+def test_client_disconnect_mid_stream(client):
+    ref = client.completions.create(model="x", prompt="abc", max_tokens=16).choices[0].text
+    s = client.completions.create(model="x", prompt="The", max_tokens=400, stream=True,
+                                  extra_body={"ignore_eos": True})
+    next(iter(s))
+    s.close()  # the server stops that generation after its current step
+    assert client.completions.create(model="x", prompt="abc", max_tokens=16).choices[0].text == ref
