@@ -147,6 +147,9 @@ class TextStream:
             tokens = [int(t) for t in prompt]
         if not tokens:
             raise ValueError("the prompt is empty: give some text or token ids")
+        bad = next((i for i, t in enumerate(tokens) if not 0 <= t < model.n_vocab), None)
+        if bad is not None:
+            raise ValueError(f"prompt token {tokens[bad]} at position {bad} is out of range [0, {model.n_vocab})")
         self._gen = self._run(tokens, sampling, spec, limits)
 
     def __iter__(self) -> Iterator[str]:
