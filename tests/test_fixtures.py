@@ -105,14 +105,13 @@ def test_target_decode(model, decoded):
     assert len(set(logits.argmax(axis=1).tolist())) > 10
 
 
-def test_recurrent_snapshots(model):
-    if not model.is_recurrent:
-        pytest.skip("attention-only model")
-    with _target(model) as t:
-        if model.supports_rollback:
-            assert t.n_rs_seq == 4
-        else:
-            assert t.n_rs_seq == 0
+@pytest.mark.parametrize("fam,granted", [("qwen35", 4), ("qwen35moe", 4), ("qwen3next", 0)])
+def test_recurrent_snapshots(paths, fam, granted):
+    """Hybrid families get n_rs_seq snapshots where llama.cpp supports rollback (qwen3next does not)."""
+    with pymtp.Model(paths[fam]) as m:
+        assert m.is_recurrent and m.supports_rollback == bool(granted)
+        with pymtp.TargetContext(m, n_ctx=256, n_rs_seq=4) as t:
+            assert t.n_rs_seq == granted
 
 
 def test_draft_decode_each_head(model, decoded):
