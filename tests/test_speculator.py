@@ -250,3 +250,20 @@ def test_chained_heads_cap_the_draft(models):
     r = pymtp.generate("x = 1", model, max_tokens=30, speculative=SpecConfig(n_draft=8, adaptive=False),
                        ignore_eos=True)
     assert len(r.stats.drafted_at) <= model.n_mtp_layers
+
+
+def test_greedy_speculation_is_lossless_on_the_default_model():
+    """The trained default (F16 weights, real acceptance): 50 prompts x draft lengths 1-4 and
+    the default policy give plain greedy output token for token."""
+    model = pymtp.load()
+    configs = [SpecConfig(n_draft=k, adaptive=False) for k in (1, 2, 3, 4)] + [SpecConfig()]
+    drafted = accepted = 0
+    for text in prompts(50, seed=11):
+        plain = pymtp.generate(text, model, max_tokens=32, speculative=False, ignore_eos=True)
+        for cfg in configs:
+            r = pymtp.generate(text, model, max_tokens=32, speculative=cfg, ignore_eos=True)
+            assert r.tokens == plain.tokens, (text, cfg)
+            drafted += r.stats.n_drafted
+            accepted += r.stats.n_accepted
+    assert 0.3 < accepted / drafted < 0.95
+    model.close()
