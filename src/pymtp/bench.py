@@ -53,6 +53,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from .cache import cache_dir
+
 SCHEMA = "pymtp-bench/1"
 N_CTX = 2048
 SMOKE_TOKENS = 8
@@ -290,14 +292,6 @@ def default_models() -> list[Path]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _cache_root() -> Path:
-    root = os.environ.get("PYMTP_CACHE_DIR")
-    if root:
-        return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg) / "pymtp" if xdg else Path.home() / ".cache" / "pymtp"
-
-
 def _repo_root() -> Path | None:
     here = Path(__file__).resolve().parents[2]
     return here if (here / "native" / "cmake" / "LlamaSource.cmake").is_file() else None
@@ -331,7 +325,7 @@ def find_llama_source(explicit: str | os.PathLike | None = None) -> Path:
     if repo is not None and (repo / "native" / "llama.cpp" / "CMakeLists.txt").is_file():
         return repo / "native" / "llama.cpp"
     commit = _pinned_commit()
-    cache = _cache_root()
+    cache = cache_dir()
     if commit:
         short = commit[:12]
         if repo is not None:
@@ -350,7 +344,7 @@ def find_llama_source(explicit: str | os.PathLike | None = None) -> Path:
 
 
 def _tools_dir(src: Path) -> Path:
-    return _cache_root() / "llama-tools" / src.name / "build"
+    return cache_dir() / "llama-tools" / src.name / "build"
 
 
 def cmake_configure_command(src: Path, build: Path) -> list[str]:

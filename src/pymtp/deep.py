@@ -52,11 +52,12 @@ import math
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from . import cache
 
 __all__ = ["DEEP_VERSION", "deep_variant_path", "make_deep"]
 
@@ -402,11 +403,6 @@ def make_deep(src_gguf: str | os.PathLike, dst_gguf: str | os.PathLike, *, n_emb
 # ---------------------------------------------------------------------------------------------
 
 
-def _default_cache_dir() -> Path:
-    root = os.environ.get("PYMTP_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "pymtp") / "deep"
-
-
 def _source_key(src: Path) -> str:
     st = src.stat()
     h = hashlib.sha256()
@@ -440,22 +436,11 @@ def deep_variant_path(src: str | os.PathLike | None = None, *, cache_dir: str | 
     if unknown:
         raise TypeError(f"unknown deep-variant parameters: {sorted(unknown)}")
     params.update(kw)
-    d = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
+    d = Path(cache_dir) if cache_dir is not None else cache.cache_dir("deep")
     digest = hashlib.sha256(json.dumps({"v": DEEP_VERSION, "src": _source_key(src), **params},
                                        sort_keys=True).encode()).hexdigest()[:12]
     path = d / f"{src.stem}-deep-e{params['n_embd']}-x{params['n_extra_layers']}-{digest}.gguf"
-    if path.is_file():
-        return path
-    d.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=path.stem + ".", suffix=".tmp")
-    os.close(fd)
-    try:
-        make_deep(src, tmp, **params)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return cache.cached_file(path, lambda tmp: make_deep(src, tmp, **params))
 
 
 def _summary(path: Path) -> str:

@@ -40,12 +40,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
+
+from . import cache
 
 __all__ = [
     "FAMILIES",
@@ -601,11 +602,6 @@ def make_fixture(family: str, path: str | os.PathLike, *, seed: int = 0, **overr
     return path
 
 
-def _default_cache_dir() -> Path:
-    root = os.environ.get("PYMTP_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "pymtp") / "fixtures"
-
-
 def fixture_path(family: str, *, seed: int = 0, cache_dir: str | os.PathLike | None = None,
                  **overrides: Any) -> Path:
     """The path of a cached fixture, generated on first use.
@@ -615,21 +611,9 @@ def fixture_path(family: str, *, seed: int = 0, cache_dir: str | os.PathLike | N
     ``FIXTURE_VERSION``; written to a temporary file and renamed, so parallel
     processes may race safely."""
     _resolve(family, overrides)  # validate early
-    d = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
+    d = Path(cache_dir) if cache_dir is not None else cache.cache_dir("fixtures")
     name = f"{family}-s{seed}-v{FIXTURE_VERSION}"
     if overrides:
         digest = hashlib.sha256(json.dumps(overrides, sort_keys=True, default=str).encode()).hexdigest()[:10]
         name += f"-{digest}"
-    path = d / f"{name}.gguf"
-    if path.is_file():
-        return path
-    d.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=d)
-    os.close(fd)
-    try:
-        make_fixture(family, tmp, seed=seed, **overrides)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return cache.cached_file(d / f"{name}.gguf", lambda tmp: make_fixture(family, tmp, seed=seed, **overrides))

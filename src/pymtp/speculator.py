@@ -254,7 +254,7 @@ class MTPSpeculator:
 
         # POLICY
         if self.policy:
-            self.policy.update(len(draft.tokens), n_acc)
+            self.policy.update(len(draft.tokens), n_acc, t1 - t0, t2 - t1)
             self.stats.cooldown_steps = self.policy.cooldown_steps_taken
         result = StepResult(draft.tokens, n_acc, emitted, t1 - t0, (t2 - t1) + (t4 - t3), time.perf_counter() - t0)
         self.stats.record(result)
