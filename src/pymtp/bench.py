@@ -10,7 +10,7 @@ What runs, per model, temperature, repeat and prompt, interleaved in this order:
 
   (a) ``plain``         pymtp, speculative=False
   (b) ``mtp-K``         pymtp, SpecConfig(n_draft=K, adaptive=False), for each K in --drafts
-      ``mtp-adaptive``  pymtp, the default SpecConfig (adaptive policy)
+      ``mtp-adaptive``  pymtp, the adaptive policy up to the longest K in --drafts
   (c) ``llama-mtp-K``   llama.cpp's ``llama-speculative-simple --spec-type draft-mtp``
   (d) ``llama-plain``   llama.cpp's ``llama-completion`` (no speculation)
 
@@ -514,7 +514,7 @@ def make_variants(drafts: Sequence[int], llama_cpp: bool) -> list[Variant]:
 
     vs = [Variant("plain", "pymtp", None)]
     vs += [Variant(f"mtp-{k}", "pymtp", k) for k in drafts]
-    vs.append(Variant("mtp-adaptive", "pymtp", SpecConfig().n_draft, adaptive=True))
+    vs.append(Variant("mtp-adaptive", "pymtp", max(drafts, default=SpecConfig().n_draft), adaptive=True))
     if llama_cpp:
         vs += [Variant(f"llama-mtp-{k}", "llama.cpp", k) for k in drafts]
         vs.append(Variant("llama-plain", "llama.cpp", None))
@@ -526,7 +526,7 @@ def _spec_arg(v: Variant):
 
     if not v.speculative:
         return False
-    return SpecConfig() if v.adaptive else SpecConfig(n_draft=v.n_draft, adaptive=False)
+    return SpecConfig(n_draft=v.n_draft, adaptive=v.adaptive)
 
 
 def run_pymtp(model, v: Variant, prompt: str, temp: float, seed: int, max_tokens: int) -> dict[str, Any]:
