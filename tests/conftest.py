@@ -7,6 +7,9 @@ import pytest
 import pymtp
 from pymtp import fixtures
 
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+          "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
 
 @pytest.fixture(scope="session")
 def fixture_dir(tmp_path_factory):

@@ -168,7 +168,6 @@ def test_progress_plain_fallback():
 
 
 def test_serve_needs_the_extra_or_starts(monkeypatch, capsys, fixture_model):
-    pytest.importorskip("fastapi")
     import pymtp.server as server
 
     calls = {}

@@ -29,10 +29,9 @@ from dataclasses import dataclass
 
 import pytest
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from pydantic import ValidationError  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 import pymtp  # noqa: E402
 from pymtp.errors import PymtpError  # noqa: E402

@@ -13,42 +13,16 @@ import time
 import urllib.error
 import urllib.request
 
+import openai
 import pytest
+import uvicorn
+from conftest import CHATML
 
-pytest.importorskip("fastapi")
-uvicorn = pytest.importorskip("uvicorn")
-openai = pytest.importorskip("openai")
+import pymtp
+from pymtp.chat import chat
+from pymtp.server import create_app
 
-import pymtp  # noqa: E402
-from pymtp.chat import chat  # noqa: E402
-from pymtp.server import create_app  # noqa: E402
-
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-          "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 TIMEOUT = 30
-
-
-def with_chat_template(src, dst, template: str):
-    """Copy a GGUF, adding tokenizer.chat_template (pymtp.fixtures writes none)."""
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter
-
-    r = GGUFReader(str(src))
-    w = GGUFWriter(str(dst), r.get_field("general.architecture").contents())
-    for f in r.fields.values():
-        if f.name == "general.architecture" or f.name.startswith("GGUF."):
-            continue
-        vt = f.types[0]
-        w.add_key_value(f.name, f.contents(), vt, sub_type=f.types[-1] if vt == GGUFValueType.ARRAY else None)
-    w.add_chat_template(template)
-    for t in r.tensors:
-        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    for t in r.tensors:
-        w.write_tensor_data(t.data, tensor_endianess=r.endianess)
-    w.close()
-    return dst
 
 
 class _Server:
@@ -84,7 +58,7 @@ class _Server:
 
 @pytest.fixture(scope="module")
 def chat_gguf(gguf, tmp_path_factory):
-    return with_chat_template(gguf("glm4moe"), tmp_path_factory.mktemp("chat") / "glm4moe-chat.gguf", CHATML)
+    return gguf("glm4moe", chat_template=CHATML)
 
 
 @pytest.fixture(scope="module")

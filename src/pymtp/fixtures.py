@@ -185,6 +185,7 @@ class FixtureConfig:
     noise: float = 0.25          # deviation from the agreeing solution (0: agree, 1: random)
     logit_scale: float = 6.0     # std of the logits (peakedness)
     rms_eps: float = 1e-6
+    chat_template: str | None = None   # tokenizer.chat_template (Jinja), for chat tests
 
 
 # ---------------------------------------------------------------------------------------------
@@ -592,7 +593,7 @@ def make_fixture(family: str, path: str | os.PathLike, *, seed: int = 0, **overr
     wr.add_uint32("general.file_type", 0)  # all F32
     wr.add_uint32("general.quantization_version", 2)
     fam.build(wr, w, cfg, len(tokens), n_mtp)
-    add_byte_bpe_vocab(wr, tokens, merges, types, bos=bos, eos=eos, add_bos=True)
+    add_byte_bpe_vocab(wr, tokens, merges, types, bos=bos, eos=eos, add_bos=True, chat_template=cfg.chat_template)
     for name, arr in w.tensors.items():
         wr.add_tensor(name, arr)
     wr.write_header_to_file()
