@@ -256,6 +256,10 @@ class DraftPolicy:
     def update(self, n_drafted: int, n_accepted: int, t_draft: float = 0.0, t_verify: float = 0.0) -> None:
         if n_drafted == 0:
             return
+        if n_accepted == 0 and self.config.cooldown > 0:
+            self._cool_left = self.config.cooldown_steps
+        if not self.config.adaptive:
+            return                                   # the estimates feed only the adaptive choice
         d = self._decay
         self._reached *= d
         self._accepted *= d
@@ -266,5 +270,3 @@ class DraftPolicy:
             per_tok = t_draft / n_drafted
             self._c_draft = per_tok if self._c_draft == 0 else d * self._c_draft + (1 - d) * per_tok
             self._fit = d * self._fit + np.array([1.0, n_drafted, n_drafted * n_drafted, t_verify, n_drafted * t_verify])
-        if n_accepted == 0 and self.config.cooldown > 0:
-            self._cool_left = self.config.cooldown_steps
