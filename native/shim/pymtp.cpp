@@ -21,6 +21,7 @@
 #include <limits>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <memory>
 #include <vector>
@@ -52,6 +53,7 @@ struct pymtp_ctx {
     int32_t n_vocab = 0, n_embd = 0;
     int32_t last_tokens = 0, last_outputs = 0;
     int32_t last_batch = 0;        // tokens of the last successful decode (kept across seq_rm)
+    std::vector<float> own_row;    // the head's hidden row fed back by pymtp_draft_greedy
     std::vector<uint8_t> checkpoint;
     size_t checkpoint_size = 0;
     int32_t checkpoint_seq = -1;
@@ -674,9 +676,11 @@ static llama_context_params to_llama(const pymtp_ctx_params * p) {
     cp.n_seq_max = p->n_seq_max;
     cp.n_rs_seq = p->n_rs_seq;
     cp.no_perf = true;
-    if (p->n_threads > 0) cp.n_threads = p->n_threads;
-    if (p->n_threads_batch > 0) cp.n_threads_batch = p->n_threads_batch;
-    else if (p->n_threads > 0) cp.n_threads_batch = p->n_threads;
+    // llama.cpp's default is a fixed 4 threads: on fewer cores they spin against each other
+    // (a tiny decode then takes milliseconds instead of tens of microseconds).
+    const int32_t cores = (int32_t) std::max(1u, std::thread::hardware_concurrency());
+    cp.n_threads = p->n_threads > 0 ? p->n_threads : cores;
+    cp.n_threads_batch = p->n_threads_batch > 0 ? p->n_threads_batch : cp.n_threads;
     return cp;
 }
 
@@ -908,6 +912,45 @@ int pymtp_rows_argmax(const float * rows, int32_t n_rows, int32_t n_cols, int32_
     }
     ok();
     return PYMTP_OK;
+}
+
+int pymtp_draft_greedy(pymtp_ctx * c, int32_t pos, int32_t n_max, float p_min, int32_t * out_tokens,
+                       float * out_probs) {
+    CHECK_CTX(c);
+    if (!c->is_draft) return fail(PYMTP_ERR_ARG, "greedy drafting runs on a draft context");
+    if (!out_tokens || !out_probs || n_max < 1 || n_max > 64) return fail(PYMTP_ERR_ARG, "bad draft_greedy arguments");
+    if (c->last_outputs < 1) return fail(PYMTP_ERR_ARG, "no draft logits: decode the draft context first");
+    int32_t n = 0;
+    for (;;) {
+        float * row = nullptr;
+        {
+            GUARD_BEGIN
+            row = llama_get_logits(c->ctx);
+            GUARD_END
+        }
+        if (!row) return fail(PYMTP_ERR_DECODE, "llama.cpp returned no logits");
+        row += (size_t) (c->last_outputs - 1) * c->n_vocab;
+        int32_t tok = 0;
+        float prob = 0.0f;
+        pymtp_rows_argmax(row, 1, c->n_vocab, &tok, &prob);
+        if (prob < p_min) break;
+        out_tokens[n] = tok;
+        out_probs[n] = prob;
+        if (++n == n_max) break;
+        const float * h = nullptr;
+        {
+            GUARD_BEGIN
+            h = llama_get_embeddings_nextn(c->ctx);
+            GUARD_END
+        }
+        if (!h) return fail(PYMTP_ERR_DECODE, "llama.cpp returned no hidden rows");
+        // Copy: the next decode rewrites the buffer the row lives in.
+        h += (size_t) (c->last_outputs - 1) * c->n_embd;
+        c->own_row.assign(h, h + c->n_embd);
+        if (int rc = pymtp_decode(c, &tok, 1, pos + n - 1, 0, nullptr, c->own_row.data(), nullptr)) return rc;
+    }
+    ok();
+    return n;
 }
 
 // ---- memory ---------------------------------------------------------------------------

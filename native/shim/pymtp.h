@@ -117,7 +117,7 @@ typedef struct {
     uint32_t n_ubatch;    /* 0 = n_batch */
     uint32_t n_seq_max;   /* sequences (seq_id 0 .. n_seq_max-1) */
     uint32_t n_rs_seq;    /* recurrent snapshots for rollback (hybrid models), 0 = none */
-    int32_t  n_threads;   /* <= 0: llama.cpp's default */
+    int32_t  n_threads;   /* <= 0: one per hardware thread */
     int32_t  n_threads_batch;
 } pymtp_ctx_params;
 
@@ -175,6 +175,16 @@ int  pymtp_hidden(pymtp_ctx * ctx, float ** out, int32_t * n_rows);
  * softmax probability of that value (out_prob may be NULL). */
 int  pymtp_rows_argmax(const float * rows, int32_t n_rows, int32_t n_cols,
                        int32_t * out_ids, float * out_prob);
+
+/* Greedy draft recursion, one call for a whole draft. The draft context's last
+ * decode must have output its last row (the head's prediction of the next token).
+ * Repeats up to n_max times: take the argmax of that row (stop when its softmax
+ * probability is below p_min), then, unless n_max is reached, decode that token at
+ * pos, pos+1, ... paired with the head's own hidden row. Writes the tokens and their
+ * probabilities; returns how many were drafted. The caller removes positions >= pos
+ * from the draft KV afterwards (they hold the head's rows, not the target's). */
+int  pymtp_draft_greedy(pymtp_ctx * draft, int32_t pos, int32_t n_max, float p_min,
+                        int32_t * out_tokens, float * out_probs);
 
 /* ---- memory ------------------------------------------------------------------ */
 

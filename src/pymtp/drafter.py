@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._native import ffi, lib
+from ._native import check, ffi, lib
 from .config import SpecConfig
 from .model import DraftContext
 from .sampling import Sampler
@@ -55,6 +55,8 @@ class MTPDrafter:
         self._has_pending = False
         self._kv_end = 0                   # the draft KV holds positions < kv_end
         self._own = np.zeros((self.n_heads + 17, self.n_embd), dtype=np.float32)  # head's own rows
+        self._draft_ids = ffi.new("int32_t[64]")
+        self._draft_probs = ffi.new("float[64]")
         self._argmax_id = ffi.new("int32_t[1]")
         self._argmax_p = ffi.new("float[1]")
 
@@ -132,6 +134,26 @@ class MTPDrafter:
         self.ctx.decode(tokens, self._kv_end, self._rows[0], self._rows[1:n], output=out)
         self._feed.clear()
         self._kv_end = n_past + 1
+        if sampler.config.greedy and not sampler.penalizes:
+            # the whole recursion in one native call: argmax, own hidden row, next decode
+            with self.ctx.lock:
+                n_out = check(lib.pymtp_draft_greedy(self.ctx._handle(), n_past + 1, k, p_min,
+                                                     self._draft_ids, self._draft_probs))
+            draft.tokens = list(self._draft_ids[0:n_out])
+            draft.confidence = list(self._draft_probs[0:n_out])
+        else:
+            self._recurse(draft, n_past, k, sampler, history, p_min)
+        if k > 1 and draft.tokens:
+            # Rows past last_token hold the head's own hidden rows, not the target's.
+            self.ctx.seq_rm(n_past + 1)
+        # The pending row (paired with last_token) is consumed; observe() sets the next.
+        self._has_pending = False
+        return draft
+
+    def _recurse(self, draft: Draft, n_past: int, k: int, sampler: Sampler, history: list[int],
+                 p_min: float) -> None:
+        """Draft token by token, each decoded with the head's own hidden row (sampling,
+        repetition penalty: the choice needs Python)."""
         for i in range(k):
             if i > 0:
                 self.ctx.decode([draft.tokens[-1]], n_past + i, self._own[i - 1])
@@ -139,12 +161,6 @@ class MTPDrafter:
                 break
             if i + 1 < k:
                 self._own[i] = self.ctx.hidden()[0]
-        if k > 1 and draft.tokens:
-            # Rows past last_token hold the head's own hidden rows, not the target's.
-            self.ctx.seq_rm(n_past + 1)
-        # The pending row (paired with last_token) is consumed; observe() sets the next.
-        self._has_pending = False
-        return draft
 
     def _propose_chained(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
                          p_min: float) -> Draft:
