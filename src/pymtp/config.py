@@ -38,8 +38,8 @@ class SpecConfig(BaseModel):
 
     n_draft: int = Field(3, ge=1, le=16)
     p_min: float = Field(0.0, ge=0.0, le=1.0)
-    # Fixed length 3 measured fastest on the deep benchmark variant (1.91x plain at greedy,
-    # 1.52x at T=0.8; the adaptive policy 1.73x / 1.43x): tools/measure_policy.py, README.
+    # Fixed length 3 measured fastest at greedy on the deep benchmark variant (1.66x plain;
+    # adaptive 1.45x; at T=0.8 k=2 1.48x, k=3 1.37x): tools/measure_policy.py, README.
     adaptive: bool = False
     adaptive_window: int = Field(16, ge=2, le=1024, description="steps the adaptive estimates average over")
     cooldown: int = Field(0, ge=0, le=16)
