@@ -28,6 +28,13 @@ from .model import DraftContext
 from .sampling import Sampler
 
 
+def _last_row_only(n: int) -> np.ndarray:
+    """Output flags asking for logits of the last of n rows (the head's next prediction)."""
+    out = np.zeros(n, dtype=np.uint8)
+    out[-1] = 1
+    return out
+
+
 @dataclass
 class Draft:
     """Tokens the head proposes, with the distributions they were drawn from
@@ -102,8 +109,7 @@ class MTPDrafter:
         n = len(self._feed)
         if n == 0:
             return
-        out = np.zeros(n, dtype=np.uint8)
-        out[-1] = 1
+        out = _last_row_only(n)
         for head in range(self.n_heads if self.chained else 1):
             if self.chained:
                 # Each head writes only its own KV layer, so the positions are decoded once
@@ -129,9 +135,7 @@ class MTPDrafter:
         # One call: the queued accepted tokens plus last_token, output on the last row only.
         tokens = self._feed + [last_token]
         n = len(tokens)
-        out = np.zeros(n, dtype=np.uint8)
-        out[-1] = 1
-        self.ctx.decode(tokens, self._kv_end, self._rows[0], self._rows[1:n], output=out)
+        self.ctx.decode(tokens, self._kv_end, self._rows[0], self._rows[1:n], output=_last_row_only(n))
         self._feed.clear()
         self._kv_end = n_past + 1
         if sampler.config.greedy and not sampler.penalizes:
@@ -171,9 +175,7 @@ class MTPDrafter:
         for i in range(k):
             self.ctx.set_head(i)
             self.ctx.seq_rm(n_past)
-            out = np.zeros(len(tokens), dtype=np.uint8)
-            out[-1] = 1
-            self.ctx.decode(tokens, n_past, self._own[0], self._own[1:len(tokens)], output=out)
+            self.ctx.decode(tokens, n_past, self._own[0], self._own[1:len(tokens)], output=_last_row_only(len(tokens)))
             if not self._take(draft, sampler, history, p_min):
                 break
             self._own[len(tokens)] = self.ctx.hidden()[0]
@@ -182,7 +184,6 @@ class MTPDrafter:
         self.ctx.seq_rm(n_past)
         self._kv_end = n_past
         # last_token is not fed: observe() queues it with the old pending row.
-        self._feed.clear()
         return draft
 
     def _take(self, draft: Draft, sampler: Sampler, history: list[int], p_min: float) -> bool:
