@@ -1047,3 +1047,46 @@ int pymtp_checkpoint_restore(pymtp_ctx * c, int32_t seq_id) {
 }
 
 }  // extern "C"
+
+// ---- files -------------------------------------------------------------------------
+
+int pymtp_quantize(const char * src, const char * dst, int32_t ftype,
+                   const char * const * patterns, const int32_t * types, int32_t n_overrides,
+                   int32_t allow_requantize, int32_t n_threads) {
+    if (!src || !dst) return fail(PYMTP_ERR_ARG, "src and dst must not be NULL");
+    if (std::strcmp(src, dst) == 0) return fail(PYMTP_ERR_ARG, "src and dst must differ");
+    if (n_overrides < 0 || n_overrides > 64) return fail(PYMTP_ERR_ARG, "n_overrides must be in [0, 64]");
+    if (n_overrides > 0 && (!patterns || !types)) return fail(PYMTP_ERR_ARG, "patterns and types must not be NULL");
+    if (ftype < 0 || ftype >= LLAMA_FTYPE_GUESSED) return fail(PYMTP_ERR_ARG, "unknown ftype %d", ftype);
+    for (int32_t i = 0; i < n_overrides; ++i) {
+        if (!patterns[i]) return fail(PYMTP_ERR_ARG, "pattern %d is NULL", i);
+        if (types[i] < 0 || types[i] >= GGML_TYPE_COUNT || ggml_type_size((ggml_type) types[i]) == 0) {
+            return fail(PYMTP_ERR_ARG, "pattern %d: unknown ggml type %d", i, types[i]);
+        }
+    }
+    ensure_init();
+    GUARD_BEGIN
+    bool mtp_complete = true;
+    const std::string why = gguf_prevalidate(src, &mtp_complete);
+    if (!why.empty()) return fail(PYMTP_ERR_LOAD, "cannot read '%s': %s", src, why.c_str());
+    std::vector<llama_model_tensor_override> tt;
+    for (int32_t i = 0; i < n_overrides; ++i) tt.push_back({patterns[i], (ggml_type) types[i]});
+    tt.push_back({nullptr, GGML_TYPE_COUNT});
+    llama_model_quantize_params qp = llama_model_quantize_default_params();
+    qp.ftype = (llama_ftype) ftype;
+    qp.nthread = n_threads;
+    qp.allow_requantize = allow_requantize != 0;
+    qp.tt_overrides = n_overrides > 0 ? tt.data() : nullptr;
+    {
+        std::lock_guard<std::mutex> lock(g_log_mutex);
+        g_log_last_error.clear();
+    }
+    if (llama_model_quantize(src, dst, &qp) != 0) {
+        std::lock_guard<std::mutex> lock(g_log_mutex);
+        return fail(PYMTP_ERR_LOAD, "llama.cpp could not quantize '%s'%s%s", src,
+                    g_log_last_error.empty() ? "" : ": ", g_log_last_error.c_str());
+    }
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}

@@ -202,6 +202,16 @@ int  pymtp_seq_pos_max(pymtp_ctx * ctx, int32_t seq_id, int32_t * out);
 int  pymtp_checkpoint_save(pymtp_ctx * ctx, int32_t seq_id);
 int  pymtp_checkpoint_restore(pymtp_ctx * ctx, int32_t seq_id);
 
+/* ---- files ------------------------------------------------------------------- */
+
+/* Writes src re-quantized to dst with llama.cpp's quantizer. ftype is a llama_ftype
+ * (LLAMA_FTYPE_MOSTLY_Q4_0 = 2, ...). Tensors whose name matches one of the n_overrides
+ * regex patterns get types[i] (a ggml_type) instead, e.g. to keep the MTP block at a
+ * higher precision. allow_requantize: accept already-quantized source tensors. */
+int  pymtp_quantize(const char * src, const char * dst, int32_t ftype,
+                    const char * const * patterns, const int32_t * types, int32_t n_overrides,
+                    int32_t allow_requantize, int32_t n_threads);
+
 /* cffi:end */
 
 #ifdef __cplusplus

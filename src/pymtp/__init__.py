@@ -17,6 +17,7 @@ from .errors import (
 )
 from .generate import GenerationResult, TextStream, default_model_path, generate, load, stream
 from .model import DraftContext, Model, TargetContext
+from .quant import quantize
 from .speculator import MTPSpeculator, SpecStats, StepResult
 
 __version__ = "0.1.0"
@@ -45,6 +46,7 @@ __all__ = [
     "default_model_path",
     "generate",
     "load",
+    "quantize",
     "set_log_level",
     "stream",
 ]

@@ -15,7 +15,7 @@ rollback), ``step35`` [3 chained] (sliding-window/full trunk, head-wise attentio
 gate, MoE), ``qwen35moe`` [1], ``qwen3next`` [1] (hybrid, no rollback in llama.cpp:
 checkpoints), ``deepseek2`` [1] (MLA attention, GLM-4.7-Flash style),
 ``mimo2`` [3 chained] (SWA with attention sinks). ``glm4moe-nomtp``
-(``PLAIN_FAMILIES``) is the glm4moe trunk without MTP blocks.
+(``PLAIN_FAMILIES``) are the glm4moe trunk without MTP blocks and a plain llama (for pymtp.convert).
 
 Default sizes: n_embd 64, 2 trunk blocks, 4 heads of 16 (2 KV heads), FFN 128,
 4 experts of 32 (2 used), vocab 304, context 2048, all F32 (0.7-1.1 MB a file).
@@ -535,6 +535,22 @@ def _build_mimo2(wr, w: _Weights, c: FixtureConfig, n_vocab: int, n_mtp: int) ->
             w.nextn(b)
 
 
+def _build_llama(wr, w: _Weights, c: FixtureConfig, n_vocab: int, n_mtp: int) -> None:
+    """A plain llama (no MTP graph in llama.cpp; pymtp.convert re-expresses it as glm4moe)."""
+    arch, n = "llama", c.n_trunk
+    if n_mtp:
+        raise ValueError("llama has no MTP blocks")
+    _common_kv(wr, arch, c, n, 0)
+    wr.add_uint32(f"{arch}.rope.dimension_count", c.head_dim)
+    w.embeddings(n_vocab, output=False)   # tied output, as SmolLM2
+    for i in range(n):
+        b = f"blk.{i}"
+        w.ones(f"{b}.attn_norm.weight", c.n_embd)
+        w.ones(f"{b}.ffn_norm.weight", c.n_embd)
+        w.attn(b, c.noise)
+        w.ffn(b, c.n_ff, c.noise)
+
+
 _FAMILIES: dict[str, _Family] = {
     "glm4moe": _Family("glm4moe", 1, _build_glm4moe),
     "qwen35": _Family("qwen35", 1, _build_qwen35),
@@ -547,8 +563,10 @@ _FAMILIES: dict[str, _Family] = {
 
 #: Families with MTP blocks, most important first.
 FAMILIES: tuple[str, ...] = tuple(_FAMILIES)
+_FAMILIES["llama"] = _Family("llama", 0, _build_llama)
 #: Families without MTP blocks: name -> (family, overrides).
-_PLAIN: dict[str, tuple[str, dict[str, Any]]] = {"glm4moe-nomtp": ("glm4moe", {"mtp": False})}
+_PLAIN: dict[str, tuple[str, dict[str, Any]]] = {"glm4moe-nomtp": ("glm4moe", {"mtp": False}),
+                                                 "llama": ("llama", {"mtp": False})}
 PLAIN_FAMILIES: tuple[str, ...] = tuple(_PLAIN)
 
 
