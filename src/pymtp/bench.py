@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from .cache import cache_dir
+from .errors import PymtpError
 
 SCHEMA = "pymtp-bench/1"
 N_CTX = 2048
@@ -232,17 +233,16 @@ def _parse_value(v: str) -> Any:
 
 
 def resolve_model(spec: str) -> Path:
-    """A GGUF path from a --model value: a path, ``default`` (the trained default model),
-    ``deep`` (its deep benchmark variant), ``fixture:FAMILY[:key=value,...]`` or
+    """A GGUF path from a --model value: a path, ``default`` (the default model, assembled
+    on first use), ``tiny`` (the small bundled model), ``deep`` (tiny's deep benchmark variant), ``fixture:FAMILY[:key=value,...]`` or
     ``deep:SPEC`` (the deep variant of another spec, e.g. ``deep:fixture:glm4moe``)."""
-    if spec == "default":
-        from .generate import default_model_path
+    if spec in ("default", "default-q4_1", "tiny"):
+        from . import default_model
 
         try:
-            return default_model_path()
-        except FileNotFoundError as e:
-            raise BenchError(f"{e}. Train it (python -m pymtp.train) or set $PYMTP_MODEL, "
-                             "or pass --model PATH") from None
+            return default_model.resolve(spec)
+        except (FileNotFoundError, PymtpError) as e:
+            raise BenchError(f"{e}; or pass --model PATH") from None
     if spec == "deep":
         try:
             from .deep import deep_variant_path

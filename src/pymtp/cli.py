@@ -227,6 +227,10 @@ def _version() -> str:
 
 
 def _model_path(args) -> str:
+    if args.model in ("default", "default-q4_1", "tiny"):
+        from . import default_model
+
+        return str(default_model.resolve(args.model))
     if args.model:
         path = os.path.expanduser(args.model)
         if not os.path.isfile(path):

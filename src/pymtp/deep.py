@@ -427,9 +427,9 @@ def deep_variant_path(src: str | os.PathLike | None = None, *, cache_dir: str | 
     ``~/.cache/pymtp/deep``), keyed by the source's size, mtime and first MB and by
     the parameters; written to a temporary file and renamed."""
     if src is None:
-        from .generate import default_model_path
+        from .default_model import TINY
 
-        src = default_model_path()
+        src = TINY
     src = Path(src)
     params = {**BENCH_SHAPE, "seed": 0}
     unknown = set(kw) - set(params)
@@ -473,9 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         src = a.src
         if src is None:
-            from .generate import default_model_path
+            from .default_model import TINY
 
-            src = default_model_path()
+            src = TINY
         path = make_deep(src, a.out, **kw)
     print(path)
     print(_summary(Path(path)))

