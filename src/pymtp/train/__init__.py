@@ -1,7 +1,7 @@
-"""Training of pymtp's default model (training-only: needs torch and tokenizers).
+"""Training of pymtp's models (training-only: needs torch; nothing at runtime imports it).
 
-    python -m pymtp.train --out src/pymtp/models/pymtp-default.gguf
-    python -m pymtp.train.evaluate
-
-Nothing outside this subpackage imports it; torch is never a runtime dependency.
+    python -m pymtp.train                   # the default model's NextN head (distill.py)
+    python -m pymtp.train.evaluate_head     # its acceptance, measured in llama.cpp
+    python -m pymtp.train.train             # the tiny bundled model (pymtp.load("tiny"))
+    python -m pymtp.train.evaluate          # the tiny model's figures
 """

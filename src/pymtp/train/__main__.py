@@ -1,3 +1,3 @@
-from .train import main
+from .distill import main
 
 main()

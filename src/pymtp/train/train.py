@@ -1,6 +1,6 @@
-"""Train the default model: tokenizer, joint next-token + MTP (t+2) training, GGUF export.
+"""Train the tiny model (pymtp.load("tiny")): tokenizer, joint next-token + MTP (t+2) training, GGUF export.
 
-    python -m pymtp.train --out src/pymtp/models/pymtp-default.gguf
+    python -m pymtp.train.train --out src/pymtp/models/pymtp-default.gguf
 
 Deterministic for a given seed, thread count and torch build (CPU).
 """
@@ -82,7 +82,7 @@ def quick_eval(model, x):
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m pymtp.train", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m pymtp.train.train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="src/pymtp/models/pymtp-default.gguf")
     ap.add_argument("--work", default="build/pymtp-train", help="checkpoint / scratch directory")

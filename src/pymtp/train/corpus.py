@@ -1,0 +1,108 @@
+"""Training text for the default model's NextN head, and its held-out split.
+
+Three sources, all tokenized by the trunk's own tokenizer:
+
+* code: the running interpreter's standard library (the held-out split of ``data.py``);
+* chat: ChatML transcripts the trunk writes itself, answering a few hundred instructions
+  composed from task templates and topics below;
+* prose: continuations the trunk writes from short openings.
+
+Self-distillation makes the text's author matter less than usual (the head learns the
+trunk's distribution at every position), but the trunk's own text is what the head drafts
+at serving time. One instruction or opening in ten (by a hash of its text) is held out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+from pathlib import Path
+
+TASKS = [
+    "Write a Python function that {code}.",
+    "Explain {topic} to a beginner in a few sentences.",
+    "Give three facts about {topic}.",
+    "Write a short paragraph about {topic}.",
+    "What are the advantages and disadvantages of {topic}?",
+    "Write a short email to a colleague about {topic}.",
+    "Summarize what you know about {topic} in a bulleted list.",
+    "Write a haiku about {topic}.",
+    "Answer briefly: why does {topic} matter?",
+    "Write a short story that involves {topic}.",
+]
+TOPICS = [
+    "photosynthesis", "the water cycle", "black holes", "the French Revolution", "machine learning",
+    "healthy sleep", "volcanoes", "the stock market", "climate change", "the human heart",
+    "electric cars", "the Roman Empire", "honeybees", "the internet", "recycling", "gravity",
+    "coffee", "the moon landing", "vaccines", "renewable energy", "the piano", "chess", "rainforests",
+    "democracy", "earthquakes", "the printing press", "dinosaurs", "meditation", "bread baking",
+    "the Olympic Games", "cloud computing", "ocean tides", "the immune system", "public libraries",
+    "solar panels", "the Great Wall of China", "time management", "bicycles", "DNA", "museums",
+]
+CODE = [
+    "reverses a string", "checks whether a number is prime", "computes the factorial of n",
+    "returns the n-th Fibonacci number", "counts the vowels in a string", "merges two sorted lists",
+    "removes duplicates from a list while keeping order", "finds the largest element of a list",
+    "checks whether a string is a palindrome", "flattens a nested list", "converts Celsius to Fahrenheit",
+    "reads a text file and counts its words", "returns the greatest common divisor of two numbers",
+    "sorts a list of dictionaries by a key", "computes the mean and median of a list",
+    "checks whether two strings are anagrams", "implements binary search", "parses a CSV line",
+    "groups words by their first letter", "validates an email address with a regular expression",
+]
+OPENINGS = [
+    "The history of {topic} begins", "Most people do not realize that {topic}",
+    "In this article, we look at {topic}", "When I first learned about {topic},",
+    "Scientists have long studied {topic}", "Here is a simple guide to {topic}.",
+]
+
+
+def held_out(text: str, mod: int = 10) -> bool:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) % mod == 0
+
+
+def instructions(seed: int = 0) -> list[str]:
+    """Every instruction (code tasks x code subjects, other tasks x topics), shuffled by seed."""
+    out = [TASKS[0].format(code=c) for c in CODE]
+    out += [t.format(topic=s) for t, s in itertools.product(TASKS[1:], TOPICS)]
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def openings(seed: int = 0) -> list[str]:
+    out = [o.format(topic=t) for o, t in itertools.product(OPENINGS, TOPICS)]
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def generate_texts(model, out: Path, *, n_chat: int, n_prose: int, max_tokens: int, seed: int) -> Path:
+    """Write the trunk's chat answers and prose continuations as JSON lines (token ids).
+
+    Training items are sampled (T=0.7, top-p 0.9) for variety; held-out items are greedy,
+    the text acceptance is measured on."""
+    import pymtp
+
+    rng = random.Random(seed)
+    jobs = [("chat", s) for s in instructions(seed)[:n_chat]] + [("prose", s) for s in openings(seed)[:n_prose]]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w") as f:
+        for i, (kind, src) in enumerate(jobs):
+            held = held_out(src)
+            if kind == "chat":
+                prompt = model.apply_chat_template([{"role": "user", "content": src}])
+            else:
+                prompt = src
+            ptoks = model.tokenize(prompt, add_special=False, parse_special=True)
+            r = pymtp.generate(ptoks, model, max_tokens=max_tokens, speculative=False,
+                               temperature=0.0 if held else 0.7, top_p=0.9, seed=rng.randrange(1 << 30))
+            f.write(json.dumps({"kind": kind, "source": src, "held_out": held, "prompt": ptoks,
+                                "completion": r.tokens}) + "\n")
+            if i % 25 == 0:
+                print(f"  generated {i + 1}/{len(jobs)} ({kind}, {len(r.tokens)} tokens, {r.stats.tokens_per_second:.0f} tok/s)", flush=True)
+    return out
+
+
+def read_texts(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f]

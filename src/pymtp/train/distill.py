@@ -1,0 +1,279 @@
+"""Train the default model's NextN head on the frozen SmolLM2 trunk, by self-distillation.
+
+    python -m pymtp.train                      # every step, cached in build/pymtp-head
+    python -m pymtp.train --steps 600 --seed 1234
+
+Steps (each cached in --work; delete a file to redo its step):
+
+1. ``teacher.gguf``: the trunk (pymtp.trunk) re-expressed as glm4moe with F16 matrices,
+   the type the default serves, plus a warm-started head (hidden rows need an MTP file).
+2. ``texts.jsonl``: chat answers and prose continuations the trunk writes (corpus.py).
+3. ``rows.npz``: llama.cpp's own hidden rows h(p) (output-normed, what the head is fed) for
+   every training and held-out window, through pymtp.
+4. the head, trained so that softmax(W h_head(p)) matches the trunk's distribution at p+1,
+   softmax(W h(p+1)), for x(p+2); W is the trunk's tied output matrix, frozen. The KL runs
+   over the most frequent tokens of the training text (covering >99% of its tokens) to
+   keep a step cheap on CPU, plus a small MSE on the hidden row that anchors the rest.
+5. ``src/pymtp/models/smollm2-135m-nextn.gguf`` (the head alone, F16) with its loss curve.
+
+Seeded; deterministic for a given seed, thread count and torch build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import corpus, data
+from .head import HeadConfig, NextNHead, init_from_trunk_block, num_params, write_head_gguf
+
+MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
+HEAD_FILE = "smollm2-135m-nextn.gguf"
+WINDOW = 512
+
+
+def seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def gguf_weights(path: Path, names) -> dict[str, np.ndarray]:
+    """Dequantized float32 tensors (numpy order) of a GGUF, for the names given."""
+    import gguf
+
+    r = gguf.GGUFReader(str(path))
+    out = {}
+    for t in r.tensors:
+        if t.name in names:
+            arr = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32)
+            out[t.name] = arr.reshape([int(x) for x in reversed(t.shape)])
+    return out
+
+
+def make_teacher(work: Path, cfg: HeadConfig, seed: int) -> tuple[Path, NextNHead]:
+    """The F16 glm4moe trunk with a warm-started head; returns (file, that head)."""
+    from pymtp import convert, trunk
+
+    src = trunk.trunk_path()
+    plain = work / "trunk-glm4moe-f16.gguf"
+    if not plain.exists():
+        convert.write_glm4moe(src, plain, f16=True)
+    last = cfg.n_trunk - 1
+    names = {f"blk.{last}.{n}.weight" for n in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                                                "post_attention_norm", "ffn_gate", "ffn_up", "ffn_down")}
+    seed_all(seed)
+    head = NextNHead(cfg)
+    init_from_trunk_block(head, gguf_weights(plain, names | {"output_norm.weight"}), last)
+    teacher = work / "teacher.gguf"
+    if not teacher.exists():
+        write_head_gguf(head, work / "head-init.gguf")
+        convert.write_glm4moe(src, teacher, head=work / "head-init.gguf", f16=True)
+    return teacher, head
+
+
+def windows(model, texts: list[dict]) -> list[tuple[str, bool, list[int]]]:
+    """(source, held_out, tokens) windows of at most WINDOW tokens: stdlib files cut into
+    windows, one window per generated text."""
+    out = []
+    train_files, held_files = data.split_files()
+    for held, files in ((False, train_files), (True, held_files)):
+        for rel in files:
+            text = data.read_text(rel)
+            if not text:
+                continue
+            toks = model.tokenize(text, add_special=False)
+            for i in range(0, len(toks), WINDOW):
+                w = toks[i:i + WINDOW]
+                if len(w) >= 64:
+                    out.append(("code", held, w))
+    for t in texts:
+        out.append((t["kind"], t["held_out"], (t["prompt"] + t["completion"])[:WINDOW]))
+    return out
+
+
+def extract_rows(teacher: Path, wins, out: Path, code_tokens: int, seed: int) -> None:
+    """llama.cpp's hidden rows for a seeded sample of the windows (code capped at code_tokens
+    for training; every generated window; 40 held-out code windows)."""
+    import pymtp
+
+    rng = random.Random(seed)
+    code_tr = [w for w in wins if w[0] == "code" and not w[1]]
+    code_he = [w for w in wins if w[0] == "code" and w[1]]
+    rng.shuffle(code_tr)
+    rng.shuffle(code_he)
+    picked, n = [], 0
+    for w in code_tr:
+        if n >= code_tokens:
+            break
+        picked.append(w)
+        n += len(w[2])
+    picked += code_he[:40] + [w for w in wins if w[0] != "code"]
+    model = pymtp.Model(teacher)
+    ctx = pymtp.TargetContext(model, n_ctx=WINDOW, n_batch=WINDOW)
+    toks, rows, offs, kinds, held = [], [], [0], [], []
+    t0 = time.time()
+    for i, (kind, h, w) in enumerate(picked):
+        ctx.seq_rm(0)
+        flags = np.zeros(len(w), np.uint8)
+        flags[-1] = 1
+        ctx.decode(w, 0, output=flags)
+        rows.append(ctx.hidden().astype(np.float16))     # a copy: the view dies at the next decode
+        toks.append(np.asarray(w, np.int32))
+        offs.append(offs[-1] + len(w))
+        kinds.append(kind)
+        held.append(h)
+        if i % 100 == 0:
+            print(f"  rows {i + 1}/{len(picked)} windows, {offs[-1]} tokens, {offs[-1] / (time.time() - t0):.0f} tok/s", flush=True)
+    ctx.close()
+    model.close()
+    np.savez(out, tokens=np.concatenate(toks), hidden=np.concatenate(rows), offsets=np.asarray(offs, np.int64),
+             kinds=np.asarray(kinds), held_out=np.asarray(held))
+
+
+class Rows:
+    """The extracted windows; batches of (x(p+1), h(p), h(p+1)) crops."""
+
+    def __init__(self, path: Path, held_out: bool):
+        z = np.load(path)
+        self.tokens, self.hidden, offs = z["tokens"], z["hidden"], z["offsets"]
+        keep = np.flatnonzero(z["held_out"] == held_out)
+        self.spans = [(int(offs[i]), int(offs[i + 1])) for i in keep if offs[i + 1] - offs[i] >= 8]
+        self.kinds = [str(z["kinds"][i]) for i in keep if offs[i + 1] - offs[i] >= 8]
+
+    def batch(self, rng: np.random.Generator, n: int, seq: int):
+        x, h, ht, mask = (np.zeros((n, seq), np.int64), np.zeros((n, seq, self.hidden.shape[1]), np.float32),
+                          np.zeros((n, seq, self.hidden.shape[1]), np.float32), np.zeros((n, seq), bool))
+        for b, i in enumerate(rng.integers(0, len(self.spans), size=n)):
+            s, e = self.spans[i]
+            L = min(seq, e - s - 1)               # positions p with p+1 inside the window
+            o = s + int(rng.integers(0, e - s - 1 - L + 1))
+            x[b, :L] = self.tokens[o + 1:o + 1 + L]
+            h[b, :L] = self.hidden[o:o + L]
+            ht[b, :L] = self.hidden[o + 1:o + 1 + L]
+            mask[b, :L] = True
+        return torch.from_numpy(x), torch.from_numpy(h), torch.from_numpy(ht), torch.from_numpy(mask)
+
+
+def loss_fn(head, W, Wsub, x, h, ht, mask, mse_weight: float):
+    """KL(trunk || head) over the token subset, plus MSE of the head's normed hidden row."""
+    hs = head(F.embedding(x, W), h)
+    m = mask.reshape(-1)
+    hs, ht = hs.reshape(-1, hs.shape[-1])[m], ht.reshape(-1, ht.shape[-1])[m]
+    with torch.no_grad():
+        tlogp = torch.log_softmax(ht @ Wsub.T, dim=-1)
+    slogp = torch.log_softmax(hs @ Wsub.T, dim=-1)
+    kl = (tlogp.exp() * (tlogp - slogp)).sum(-1).mean()
+    mse = (hs - ht).pow(2).mean() / ht.pow(2).mean()
+    agree = (slogp.argmax(-1) == tlogp.argmax(-1)).float().mean()
+    return kl + mse_weight * mse, kl.detach(), agree.detach()
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m pymtp.train", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", default="build/pymtp-head")
+    ap.add_argument("--out", default=str(MODELS_DIR / HEAD_FILE))
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--steps", type=int, default=700)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--vocab-subset", type=int, default=16384)
+    ap.add_argument("--mse-weight", type=float, default=0.1)
+    ap.add_argument("--code-tokens", type=int, default=400_000)
+    ap.add_argument("--n-chat", type=int, default=220)
+    ap.add_argument("--n-prose", type=int, default=80)
+    ap.add_argument("--gen-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    cfg = HeadConfig()
+    t_start = time.time()
+
+    teacher, head = make_teacher(work, cfg, args.seed)
+    import pymtp
+    from pymtp import trunk
+
+    texts_path = work / "texts.jsonl"
+    if not texts_path.exists():
+        print("generating chat and prose with the trunk", flush=True)
+        with pymtp.Model(trunk.trunk_path(), mtp=False) as m:
+            corpus.generate_texts(m, texts_path, n_chat=args.n_chat, n_prose=args.n_prose,
+                                  max_tokens=args.gen_tokens, seed=args.seed)
+    rows_path = work / "rows.npz"
+    if not rows_path.exists():
+        print("extracting the trunk's hidden rows with llama.cpp", flush=True)
+        with pymtp.Model(teacher, mtp=False) as m:
+            wins = windows(m, corpus.read_texts(texts_path))
+        extract_rows(teacher, wins, rows_path, args.code_tokens, args.seed)
+
+    train, held = Rows(rows_path, False), Rows(rows_path, True)
+    print(f"windows: train {len(train.spans)}, held-out {len(held.spans)}; head {num_params(head):,} parameters", flush=True)
+    W = torch.from_numpy(gguf_weights(teacher, {"token_embd.weight"})["token_embd.weight"])
+    counts = np.bincount(train.tokens, minlength=W.shape[0])
+    sub = torch.from_numpy(np.sort(np.argsort(-counts, kind="stable")[:args.vocab_subset]))
+    coverage = counts[sub.numpy()].sum() / counts.sum()
+    print(f"KL over {len(sub)} tokens, {coverage:.4f} of training tokens", flush=True)
+    Wsub = W[sub].contiguous()
+
+    seed_all(args.seed)
+    rng = np.random.default_rng(args.seed)
+    opt = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    warm = max(1, args.steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps))))
+    eval_batches = [held.batch(np.random.default_rng(args.seed + 1 + i), args.batch, args.seq) for i in range(4)]
+    curve_path = Path(args.out).with_suffix(".loss.csv")
+    curve = []
+    head.train()
+    t0 = time.time()
+    for step in range(args.steps + 1):
+        if step % 50 == 0 or step == args.steps:
+            head.eval()
+            with torch.no_grad():
+                ev = [loss_fn(head, W, Wsub, *b, args.mse_weight) for b in eval_batches]
+            head.train()
+            ekl = float(np.mean([e[1] for e in ev]))
+            eacc = float(np.mean([e[2] for e in ev]))
+            curve.append({"step": step, "held_kl": round(ekl, 5), "held_top1": round(eacc, 5),
+                          "seconds": round(time.time() - t0, 1)})
+            print(f"step {step}: held-out KL {ekl:.4f}, top-1 agreement {eacc:.4f} ({time.time() - t0:.0f} s)", flush=True)
+        if step == args.steps:
+            break
+        loss, kl, acc = loss_fn(head, W, Wsub, *train.batch(rng, args.batch, args.seq), args.mse_weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 10 == 0:
+            curve.append({"step": step, "train_loss": round(float(loss), 5), "train_kl": round(float(kl), 5),
+                          "train_top1": round(float(acc), 5), "seconds": round(time.time() - t0, 1)})
+
+    head.eval()
+    out = write_head_gguf(head, args.out)
+    with open(curve_path, "w", newline="") as f:
+        keys = ["step", "train_loss", "train_kl", "train_top1", "held_kl", "held_top1", "seconds"]
+        wr = csv.DictWriter(f, fieldnames=keys)
+        wr.writeheader()
+        wr.writerows(curve)
+    meta = {"args": vars(args), "config": cfg.to_dict(), "parameters": num_params(head),
+            "train_windows": len(train.spans), "train_tokens": int(sum(e - s for s, e in train.spans)),
+            "vocab_subset_coverage": round(float(coverage), 5), "train_seconds": round(time.time() - t0, 1),
+            "total_seconds": round(time.time() - t_start, 1), "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "final": curve[-1]}
+    Path(args.out).with_suffix(".train.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB), {curve_path}", flush=True)
