@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import pymtp
 from pymtp import fixtures
+from pymtp.sampling import Sampler
 
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
           "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
@@ -39,3 +41,56 @@ def models(gguf):
     yield get
     for m in cache.values():
         m.close()
+
+
+#: Greedy decoding by two paths (plain: one row per decode; speculative: k+1 rows per verify
+#: decode) may part where the target's top two logits are closer than this. llama.cpp computes
+#: a row with other kernels in those decodes, and the F16 KV cache and attention inputs turn
+#: last-bit differences into F16 ones: measured on an AMD EPYC (AVX-512), the top-2 gap at one
+#: position moves by up to 9e-4 (fixtures) and 1.7e-3 (default model) between the two paths,
+#: while the closest calls in the lossless tests are 2e-4 apart; another SIMD path rounds
+#: differently again.
+GREEDY_TIE_EPS = 1e-2
+#: At most this fraction of the compared runs may part at a near-tie (measured: none).
+MAX_TIE_FRACTION = 0.05
+
+
+class GreedyComparison:
+    """``compare(model, prompt, got, want)``: greedy continuations of one prompt by two paths are
+    equal token for token, or part at a near-tie: at the first difference both tokens are within
+    GREEDY_TIE_EPS of the target's top logit there (after the repetition penalty), and the texts
+    may differ from there on. Any other difference fails. ``assert_ties_rare()`` then bounds how
+    many of the compared runs were cut short that way."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.ties: list[tuple] = []
+
+    def __call__(self, model, prompt, got, want, repetition_penalty: float = 1.0) -> None:
+        self.runs += 1
+        got, want = list(got), list(want)
+        if got == want:
+            return
+        n = min(len(got), len(want))
+        i = next((j for j in range(n) if got[j] != want[j]), n)
+        assert i < n, f"one run is a prefix of the other: {got} vs {want}"
+        seq = list(prompt) + want[:i]
+        with pymtp.TargetContext(model, n_ctx=len(seq) + 1, n_batch=len(seq)) as t:
+            out = np.zeros(len(seq), dtype=np.uint8)
+            out[-1] = 1
+            t.decode(seq, 0, output=out)
+            row = t.logits()[0].copy()
+        row = Sampler(pymtp.SamplingConfig(repetition_penalty=repetition_penalty)).penalized(row, seq)
+        gaps = (float(row.max() - row[got[i]]), float(row.max() - row[want[i]]))
+        assert max(gaps) <= GREEDY_TIE_EPS, (
+            f"greedy runs part at token {i} ({got[i]} vs {want[i]}), {gaps} below the top logit: not a near-tie")
+        self.ties.append((i, got[i], want[i], gaps))
+
+    def assert_ties_rare(self) -> None:
+        assert len(self.ties) <= MAX_TIE_FRACTION * self.runs, f"{len(self.ties)} of {self.runs} runs: {self.ties}"
+
+
+@pytest.fixture
+def same_greedy():
+    """A GreedyComparison for the test."""
+    return GreedyComparison()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import platform
 
 import numpy as np
 import pytest
@@ -35,6 +36,15 @@ def test_model_facts(glm, gguf):
     assert glm.bos is not None and glm.eos is not None
     assert glm.is_eog(glm.eos) and not glm.is_eog(glm.tokenize("a", add_special=False)[0])
     assert "glm4moe" in repr(glm)
+
+
+def test_system_info_names_the_cpu_and_the_features_in_use():
+    cpu, backends = pymtp.system_info().split("; ", 1)
+    assert cpu
+    features = backends[backends.index("CPU : ") + len("CPU : "):].split(" | ")
+    assert all(name and value for name, value in (f.split(" = ") for f in features)), features
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert "SSE3 = 1" in features
 
 
 def test_hybrid_and_chained_facts(models):

@@ -34,9 +34,10 @@ def _plain(model, text):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_greedy_speculation_is_lossless(models, family):
-    """Speculative greedy output equals plain greedy output token for token:
-    50 prompts x draft lengths 1-4, fixed lengths (most rollbacks) and the adaptive policy."""
+def test_greedy_speculation_is_lossless(models, family, same_greedy):
+    """Speculative greedy output equals plain greedy output token for token (up to near-ties of
+    the target's logits, conftest.GreedyComparison): 50 prompts x draft lengths 1-4, fixed
+    lengths (most rollbacks) and the adaptive policy."""
     model = models(family)
     configs = [SpecConfig(n_draft=k, adaptive=False) for k in (1, 2, 3, 4)]
     configs.append(SpecConfig(n_draft=4, adaptive=True, cooldown=2, cooldown_steps=2, p_min=0.2))
@@ -45,35 +46,36 @@ def test_greedy_speculation_is_lossless(models, family):
         plain = _plain(model, text)
         for cfg in configs:
             r = pymtp.generate(text, model, max_tokens=N_TOKENS, speculative=cfg, ignore_eos=True)
-            assert r.tokens == plain.tokens, (family, text, cfg)
+            same_greedy(model, plain.prompt_tokens, r.tokens, plain.tokens)
             total["drafted"] += r.stats.n_drafted
             total["accepted"] += r.stats.n_accepted
             total["rejections"] += sum(1 for d, a in zip(r.stats.drafted_at, r.stats.accepted_at) if a < d)
+    same_greedy.assert_ties_rare()
     # the runs exercised both paths: accepted drafts and rollbacks
     assert 0 < total["accepted"] < total["drafted"]
     assert total["rejections"] > 50
 
 
-def test_greedy_lossless_with_a_prompt_longer_than_the_batch(gguf):
+def test_greedy_lossless_with_a_prompt_longer_than_the_batch(gguf, same_greedy):
     """Prompts longer than n_batch (512) prefill in chunks; the hand-off stays in step."""
     model = pymtp.load(gguf("glm4moe"), n_ctx=2048)
     text = " ".join(prompts(40, seed=3)) * 2
     assert 512 < len(model.tokenize(text)) < 2000
     plain = _plain(model, text)
     r = pymtp.generate(text, model, max_tokens=N_TOKENS, speculative=SpecConfig(n_draft=3), ignore_eos=True)
-    assert r.tokens == plain.tokens
+    same_greedy(model, plain.prompt_tokens, r.tokens, plain.tokens)
     assert r.stats.n_accepted > 0
     model.close()
 
 
-def test_greedy_lossless_with_repetition_penalty(models):
+def test_greedy_lossless_with_repetition_penalty(models, same_greedy):
     model = models("qwen35")
     for text in prompts(10, seed=5):
         plain = pymtp.generate(text, model, max_tokens=N_TOKENS, speculative=False, ignore_eos=True,
                                repetition_penalty=1.3)
         spec = pymtp.generate(text, model, max_tokens=N_TOKENS, speculative=SpecConfig(n_draft=3),
                               ignore_eos=True, repetition_penalty=1.3)
-        assert spec.tokens == plain.tokens
+        same_greedy(model, plain.prompt_tokens, spec.tokens, plain.tokens, repetition_penalty=1.3)
 
 
 @pytest.mark.parametrize("family", ["glm4moe", "step35", "qwen35"])
@@ -93,7 +95,7 @@ def test_stats_are_exact(models, family):
     assert s.t_draft + s.t_verify <= s.t_total + 1e-9
 
 
-def test_step_by_step_api(models):
+def test_step_by_step_api(models, same_greedy):
     model = models("glm4moe")
     from pymtp.generate import _session
     with model.lock:
@@ -109,7 +111,7 @@ def test_step_by_step_api(models):
     assert spec.tokens[len(prompt):] == [t for r in results for t in r.emitted]
     plain = pymtp.generate(prompt, model, max_tokens=len(spec.tokens) - len(prompt), speculative=False,
                            ignore_eos=True)
-    assert plain.tokens == spec.tokens[len(prompt):]
+    same_greedy(model, prompt, spec.tokens[len(prompt):], plain.tokens)
 
 
 # ---- stochastic speculation: same distribution as plain sampling --------------------------------
@@ -264,9 +266,9 @@ def test_chained_heads_cap_the_draft(models):
     assert len(r.stats.drafted_at) <= model.n_mtp_layers
 
 
-def test_greedy_speculation_is_lossless_on_the_tiny_model():
+def test_greedy_speculation_is_lossless_on_the_tiny_model(same_greedy):
     """The tiny trained model (F16 weights, real acceptance): 50 prompts x draft lengths 1-4 and
-    the default policy give plain greedy output token for token."""
+    the default policy give plain greedy output token for token (up to near-ties)."""
     model = pymtp.load("tiny")
     configs = [SpecConfig(n_draft=k, adaptive=False) for k in (1, 2, 3, 4)] + [SpecConfig()]
     drafted = accepted = 0
@@ -274,8 +276,9 @@ def test_greedy_speculation_is_lossless_on_the_tiny_model():
         plain = pymtp.generate(text, model, max_tokens=32, speculative=False, ignore_eos=True)
         for cfg in configs:
             r = pymtp.generate(text, model, max_tokens=32, speculative=cfg, ignore_eos=True)
-            assert r.tokens == plain.tokens, (text, cfg)
+            same_greedy(model, plain.prompt_tokens, r.tokens, plain.tokens)
             drafted += r.stats.n_drafted
             accepted += r.stats.n_accepted
+    same_greedy.assert_ties_rare()
     assert 0.3 < accepted / drafted < 0.95
     model.close()

@@ -440,6 +440,17 @@ const char * pymtp_build_info(void) {
     return "llama.cpp " PYMTP_LLAMA_COMMIT "; backends: " PYMTP_BACKENDS;
 }
 
+const char * pymtp_system_info(void) {
+    ensure_init();
+    // llama_print_system_info rebuilds one static string: serialize it, copy per thread
+    static std::mutex mutex;
+    static thread_local std::string info;
+    std::lock_guard<std::mutex> lock(mutex);
+    info = llama_print_system_info();
+    while (!info.empty() && (info.back() == ' ' || info.back() == '|')) info.pop_back();
+    return info.c_str();
+}
+
 void pymtp_log_set(pymtp_log_fn fn, int min_level) {
     ensure_init();
     std::lock_guard<std::mutex> lock(g_log_mutex);

@@ -50,6 +50,11 @@ const char * pymtp_last_error(void);
 /* Build facts: llama.cpp commit and compiled backends ("CPU CUDA ..."). */
 const char * pymtp_build_info(void);
 
+/* llama.cpp's system info: each backend and the CPU features this build uses
+ * ("CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 1 | ..."); rounding depends on them.
+ * The string belongs to the calling thread, valid until its next call. */
+const char * pymtp_system_info(void);
+
 /* llama.cpp and ggml log lines at or above min_level go to fn; fn == NULL
  * drops them all. Lines arrive whole (llama.cpp's continuation pieces joined). */
 typedef void (*pymtp_log_fn)(int level, const char * text);

@@ -4,7 +4,7 @@
     print(pymtp.generate("def fibonacci(n):", max_tokens=64).text)
 """
 
-from ._native import build_info, set_log_level
+from ._native import build_info, set_log_level, system_info
 from .chat import chat, chat_stream
 from .config import GenerationConfig, SamplingConfig, SpecConfig
 from .errors import (
@@ -49,4 +49,5 @@ __all__ = [
     "quantize",
     "set_log_level",
     "stream",
+    "system_info",
 ]

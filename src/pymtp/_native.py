@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import re
 from pathlib import Path
 
@@ -148,3 +149,21 @@ _configure_logging_from_env()
 
 def build_info() -> str:
     return ffi.string(lib.pymtp_build_info()).decode()
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def system_info() -> str:
+    """The CPU model and the features this build uses, in llama.cpp's words, e.g.
+    ``AMD EPYC; CPU : SSE3 = 1 | ... | AVX2 = 1 | ... | AVX512 = 1 | ...``: logits depend on
+    them to the last bits (which SIMD kernels ran)."""
+    return f"{_cpu_model()}; {ffi.string(lib.pymtp_system_info()).decode()}"
