@@ -1,7 +1,7 @@
 """Train the default model's NextN head on the frozen SmolLM2 trunk, by self-distillation.
 
     python -m pymtp.train                      # every step, cached in build/pymtp-head
-    python -m pymtp.train --steps 600 --seed 1234
+    python -m pymtp.train --steps 1500 --seed 1234 --llama-threads 1
 
 Steps (each cached in --work; delete a file to redo its step):
 
@@ -185,7 +185,7 @@ def main(argv=None) -> None:
     ap.add_argument("--work", default="build/pymtp-head")
     ap.add_argument("--out", default=str(MODELS_DIR / HEAD_FILE))
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--steps", type=int, default=450)
+    ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1e-3)
