@@ -177,12 +177,12 @@ def test_rejects_other_architectures_and_narrowing(gguf, src, tmp_path):
         make_deep(src, tmp_path / "y.gguf", n_embd=32)
 
 
-def test_the_default_models_bench_variant_predicts_the_same(tmp_path):
-    """The benchmark shape of the trained default: identical greedy output and acceptance."""
+def test_the_tiny_models_bench_variant_predicts_the_same(tmp_path):
+    """The benchmark shape of the tiny trained model: identical greedy output and acceptance."""
     from pymtp.deep import BENCH_SHAPE, deep_variant_path
 
     path = deep_variant_path(cache_dir=tmp_path)
-    small, deep = pymtp.load(n_ctx=512), pymtp.load(path, n_ctx=512)
+    small, deep = pymtp.load("tiny", n_ctx=512), pymtp.load(path, n_ctx=512)
     assert deep.n_embd == BENCH_SHAPE["n_embd"] and deep.n_layer == small.n_layer + BENCH_SHAPE["n_extra_layers"]
     for prompt in ("def fibonacci(n):\n", "import os\n\n\nclass Walker:\n"):
         for spec in (False, pymtp.SpecConfig(n_draft=3, adaptive=False)):

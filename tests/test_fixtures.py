@@ -195,7 +195,7 @@ def test_fixture_path_env(tmp_path, monkeypatch):
 
 def test_errors(tmp_path):
     with pytest.raises(ValueError, match="unknown fixture family"):
-        make_fixture("llama", tmp_path / "x.gguf")
+        make_fixture("gpt-j", tmp_path / "x.gguf")
     with pytest.raises(ValueError, match="unknown fixture family"):
         fixture_path("nope", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="unknown fixture option"):
