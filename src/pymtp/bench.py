@@ -234,11 +234,11 @@ def _parse_value(v: str) -> Any:
 
 def resolve_model(spec: str) -> Path:
     """A GGUF path from a --model value: a path, ``default`` (the default model, assembled
-    on first use), ``tiny`` (the small bundled model), ``deep`` (tiny's deep benchmark variant), ``fixture:FAMILY[:key=value,...]`` or
-    ``deep:SPEC`` (the deep variant of another spec, e.g. ``deep:fixture:glm4moe``)."""
-    if spec in ("default", "default-q4_1", "tiny"):
-        from . import default_model
+    on first use), ``tiny`` (the small bundled model), ``deep`` (tiny's deep benchmark
+    variant), ``fixture:FAMILY[:key=value,...]`` or ``deep:SPEC`` (the deep variant of another spec, e.g. ``deep:fixture:glm4moe``)."""
+    from . import default_model
 
+    if spec in default_model.ALIASES:
         try:
             return default_model.resolve(spec)
         except (FileNotFoundError, PymtpError) as e:

@@ -6,6 +6,7 @@ $XDG_CACHE_HOME/pymtp, else ~/.cache/pymtp (native/cmake/LlamaSource.cmake).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -38,3 +39,12 @@ def cached_file(path: Path, write: Callable[[Path], object]) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

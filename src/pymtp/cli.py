@@ -227,9 +227,9 @@ def _version() -> str:
 
 
 def _model_path(args) -> str:
-    if args.model in ("default", "default-q4_1", "tiny"):
-        from . import default_model
+    from . import default_model
 
+    if args.model in default_model.ALIASES:
         return str(default_model.resolve(args.model))
     if args.model:
         path = os.path.expanduser(args.model)

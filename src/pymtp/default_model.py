@@ -13,25 +13,18 @@ which leaves speculation nothing to win; an F16 batch of 4 costs about 1.3x one 
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
-from .cache import cache_dir, cached_file
+from .cache import cache_dir, cached_file, file_sha256
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 HEAD = MODELS_DIR / "smollm2-135m-nextn.gguf"
 TINY = MODELS_DIR / "pymtp-default.gguf"
 NAMES = {"default": "F16", "default-f16": "F16", "default-q4_1": "Q4_1"}
+#: Every name load() / --model accepts besides a path.
+ALIASES = (*NAMES, "tiny")
 ASSEMBLY = 2        # bump when pymtp.convert writes different bytes for the same inputs
-
-
-def _head_tag() -> str:
-    h = hashlib.sha256()
-    with open(HEAD, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:12]
 
 
 def assembled(trunk_type: str = "F16") -> Path:
@@ -43,7 +36,7 @@ def assembled(trunk_type: str = "F16") -> Path:
     if not HEAD.is_file():
         raise FileNotFoundError(f"the default model's head is missing: {HEAD}")
     src = trunk.trunk_path()
-    out = cache_dir("models") / f"smollm2-135m-mtp-{trunk_type.lower()}-{_head_tag()}-a{ASSEMBLY}.gguf"
+    out = cache_dir("models") / f"smollm2-135m-mtp-{trunk_type.lower()}-{file_sha256(HEAD)[:12]}-a{ASSEMBLY}.gguf"
     return cached_file(out, lambda tmp: convert.write_glm4moe(src, tmp, head=HEAD, f16=trunk_type == "F16"))
 
 

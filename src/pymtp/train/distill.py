@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from . import corpus, data
-from .head import HeadConfig, NextNHead, init_from_trunk_block, num_params, write_head_gguf
+from .head import HeadConfig, NextNHead, gguf_weights, init_from_trunk_block, num_params, write_head_gguf
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
 HEAD_FILE = "smollm2-135m-nextn.gguf"
@@ -45,19 +45,6 @@ def seed_all(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def gguf_weights(path: Path, names) -> dict[str, np.ndarray]:
-    """Dequantized float32 tensors (numpy order) of a GGUF, for the names given."""
-    import gguf
-
-    r = gguf.GGUFReader(str(path))
-    out = {}
-    for t in r.tensors:
-        if t.name in names:
-            arr = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32)
-            out[t.name] = arr.reshape([int(x) for x in reversed(t.shape)])
-    return out
 
 
 def make_teacher(work: Path, cfg: HeadConfig, seed: int) -> tuple[Path, NextNHead]:

@@ -174,18 +174,26 @@ def write_head_gguf(head: NextNHead, path: str | Path, *, dtype: str = "F16") ->
     return path
 
 
-def read_head_gguf(path: str | Path, cfg: HeadConfig) -> NextNHead:
-    """The head stored in a head file (or an assembled model), as float32 torch weights."""
+def gguf_weights(path: Path, names) -> dict[str, np.ndarray]:
+    """Dequantized float32 tensors (numpy order) of a GGUF, for the names given."""
     import gguf
 
     r = gguf.GGUFReader(str(path))
-    names = {t.name: t for t in r.tensors}
+    out = {}
+    for t in r.tensors:
+        if t.name in names:
+            arr = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32)
+            out[t.name] = arr.reshape([int(x) for x in reversed(t.shape)])
+    return out
+
+
+def read_head_gguf(path: str | Path, cfg: HeadConfig) -> NextNHead:
+    """The head stored in a head file (or an assembled model), as float32 torch weights."""
     head = NextNHead(cfg)
+    weights = gguf_weights(Path(path), set(head.tensors()))
     with torch.no_grad():
         for name, t in head.tensors().items():
-            src = names[name]
-            arr = gguf.quants.dequantize(np.asarray(src.data), src.tensor_type).astype(np.float32)
-            t.copy_(torch.from_numpy(arr.reshape(tuple(t.shape))))
+            t.copy_(torch.from_numpy(weights[name].reshape(tuple(t.shape))))
     return head.eval()
 
 
