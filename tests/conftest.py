@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import pymtp
-from pymtp import fixtures
+from pymtp.testing import fixtures
 from pymtp.sampling import Sampler
 
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "

@@ -6,7 +6,7 @@ import pytest
 
 import pymtp
 from pymtp.display import comparison_html, plot_stats, result_html, stats_dict, stats_html, stats_line
-from pymtp.speculator import SpecStats
+from pymtp.stats import SpecStats
 
 
 def fake_stats() -> SpecStats:
@@ -20,7 +20,6 @@ def test_stats_html_and_line():
     assert h.startswith("<table") and h.endswith("</table>")
     for needle in ("60.0%", "1.50", "250.0", "80.0%", "draft position 3", "verify"):
         assert needle in h
-    assert s._repr_html_() == h
     line = stats_line(s, "length")
     assert "25 tokens" in line and "250.0 tok/s" in line and "acceptance 60.0%" in line
     assert "mean accepted 1.50" in line and "finish: length" in line
@@ -36,8 +35,7 @@ def test_plain_stats():
 def test_result_html_escapes(models):
     r = pymtp.generate("<b>&", models("glm4moe"), max_tokens=6)
     r.text = "<script>x</script> & more"
-    h = r._repr_html_()
-    assert h == result_html(r)
+    h = result_html(r)
     assert "<pre" in h and "&lt;script&gt;" in h and "<script>" not in h and "<table" in h
     c = comparison_html({"plain": r, "spec": r})
     assert "1.00x" in c and c.count("<tr>") >= 8
@@ -49,7 +47,7 @@ def test_plot_stats():
     import matplotlib.pyplot as plt
 
     s = fake_stats()
-    fig = s.plot()
+    fig = plot_stats(s)
     acc, tim = fig.axes[:2]
     assert [round(p.get_height(), 3) for p in acc.patches] == [0.8, 0.556, 0.333]
     assert len(tim.patches) == 3
@@ -75,3 +73,21 @@ def test_plot_without_matplotlib(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", fake_import)
     with pytest.raises(ImportError, match=r"pymtp\[plot\]"):
         plot_stats(fake_stats())
+
+
+def test_jupyter_renders_results_and_stats(models):
+    """pymtp registers its HTML with IPython's formatter (the data classes know nothing of it)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    s = fake_stats()
+    assert pymtp.display.register_jupyter(shell)
+    assert shell.display_formatter.format(s)[0]["text/html"] == stats_html(s)
+    r = pymtp.generate("x", models("glm4moe"), max_tokens=3)
+    assert shell.display_formatter.format(r)[0]["text/html"] == result_html(r)
+
+
+def test_no_jupyter_no_registration(monkeypatch):
+    import sys
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    assert pymtp.display.register_jupyter() is False

@@ -66,7 +66,7 @@ def fresh(gguf):
 
 def n_ctx_of(model: pymtp.Model) -> int:
     pymtp.generate("a", model, max_tokens=1)          # makes the session
-    return model._session.target.n_ctx
+    return model.target.n_ctx
 
 
 def assert_healthy(model, fresh, family="glm4moe", **kw):
@@ -149,7 +149,7 @@ def _write_gguf(path, arch: str, *, trunk: bool = True):
     """A tiny GGUF of any architecture name: a llama-shaped trunk and the fixtures' byte vocabulary."""
     from gguf import GGUFWriter
 
-    from pymtp.fixtures import add_byte_bpe_vocab, byte_vocab
+    from pymtp.testing.fixtures import add_byte_bpe_vocab, byte_vocab
 
     tokens, merges, types = byte_vocab()
     n_vocab, n_embd, n_ff, n_head = len(tokens), 32, 64, 4
@@ -375,8 +375,8 @@ def test_calls_on_closed_contexts(load, fresh):
             call()
     # closing the contexts a Model generates with: the next call makes new ones
     pymtp.generate("Hello", m, max_tokens=2)
-    m._session.draft.close()
-    m._session.target.close()
+    m.draft.close()
+    m.target.close()
     assert_healthy(m, fresh)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import pymtp
 from pymtp import MTPSpeculator, SamplingConfig, SpecConfig
-from pymtp.fixtures import FAMILIES
+from pymtp.testing.fixtures import FAMILIES
 from pymtp.sampling import Sampler
 
 WORDS = ("def", "class", "return", "import", "self", "the", "fox", "(", ")", ":", "\n", "    ", "x", "=",
@@ -97,9 +97,8 @@ def test_stats_are_exact(models, family):
 
 def test_step_by_step_api(models, same_greedy):
     model = models("glm4moe")
-    from pymtp.generate import _session
     with model.lock:
-        s = _session(model)
+        s = model
         spec = MTPSpeculator(s.target, s.draft, SamplingConfig(), SpecConfig(n_draft=2, adaptive=False))
         prompt = model.tokenize("import os\n")
         spec.start(prompt)
@@ -152,11 +151,10 @@ P_THRESHOLD = 1e-3
 
 def _sample_continuations(model, spec_cfg, broken_verify=None, n=N_SAMPLES, seed=0):
     """Sample n 3-token continuations of one prompt; the speculator reseeded for each."""
-    from pymtp.generate import _session
     prompt = model.tokenize("def f(x")
     out = Counter()
     with model.lock:
-        s = _session(model)
+        s = model
         spec = MTPSpeculator(s.target, s.draft if spec_cfg else None, SAMPLING, spec_cfg or SpecConfig())
         for i in range(n):
             spec.start(prompt, SamplingConfig(**{**SAMPLING.model_dump(), "seed": seed * 100_000 + i}))

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     fz = _load_fuzz_module()
-    from pymtp import fixtures
+    from pymtp.testing import fixtures
 
     work = Path(tempfile.mkdtemp(prefix="pymtp-fuzz-"))
     layouts = {}

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import pymtp
-    from pymtp import fixtures
+    from pymtp.testing import fixtures
 
     path = fixtures.fixture_path(args.family, cache_dir=os.path.join(tempfile.gettempdir(), "pymtp-soak"))
     prompts = ["Hello", "def add(a, b):", "The quick brown fox", "1, 2, 3,"]

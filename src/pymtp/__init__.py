@@ -5,6 +5,7 @@
 """
 
 from ._native import build_info, set_log_level, system_info
+from . import display as _display
 from .chat import chat, chat_stream
 from .config import GenerationConfig, SamplingConfig, SpecConfig
 from .errors import (
@@ -15,12 +16,17 @@ from .errors import (
     PymtpError,
     UnsupportedError,
 )
-from .generate import GenerationResult, TextStream, default_model_path, generate, load, stream
+from .default_model import default_model_path
+from .generate import TextStream, generate, load, stream
 from .model import DraftContext, Model, TargetContext
 from .quant import quantize
-from .speculator import MTPSpeculator, SpecStats, StepResult
+from .session import Session
+from .speculator import MTPSpeculator
+from .stats import GenerationResult, SpecStats, StepResult
 
 __version__ = "0.1.0"
+
+_display.register_jupyter()      # results and stats render as tables in a notebook
 
 __all__ = [
     "ContextFullError",
@@ -34,6 +40,7 @@ __all__ = [
     "ModelLoadError",
     "PymtpError",
     "SamplingConfig",
+    "Session",
     "SpecConfig",
     "SpecStats",
     "StepResult",

@@ -245,19 +245,19 @@ def resolve_model(spec: str) -> Path:
             raise BenchError(f"{e}; or pass --model PATH") from None
     if spec == "deep":
         try:
-            from .deep import deep_variant_path
+            from .testing.deep import deep_variant_path
         except ImportError as e:
-            raise BenchError(f"the deep benchmark variant needs pymtp.deep ({e}); pass --model PATH") from None
+            raise BenchError(f"the deep benchmark variant needs pymtp.testing.deep ({e}); pass --model PATH") from None
         try:
             return deep_variant_path()
         except FileNotFoundError as e:
             raise BenchError(f"cannot make the deep variant: {e}. Pass --model PATH") from None
     if spec.startswith("deep:"):
-        from .deep import deep_variant_path
+        from .testing.deep import deep_variant_path
 
         return deep_variant_path(resolve_model(spec[5:]))
     if spec.startswith("fixture:"):
-        from .fixtures import fixture_path
+        from .testing.fixtures import fixture_path
 
         parts = spec.split(":", 2)
         over = {}

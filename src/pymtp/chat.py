@@ -13,14 +13,15 @@ appears as text.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Iterable, Sequence
 
-from .generate import GenerationResult, TextStream, _resolve_model, generate, stream
+from .generate import GenerationResult, ModelLike, TextStream, generate, stream
 from .model import Model
+from .session import Session, as_session
 
-__all__ = ["chat", "chat_stream", "chat_prompt", "chat_stop_strings", "end_marker_stops", "normalize_messages"]
+__all__ = ["chat", "chat_stream", "chat_prompt", "chat_prompt_tokens", "chat_stop_strings", "end_marker_stops",
+           "merge_stops", "normalize_messages"]
 
 Message = dict
 
@@ -121,7 +122,8 @@ def end_marker_stops(model: Model, template: str | None = None) -> tuple[str, ..
     return tuple(out)
 
 
-def _prompt_tokens(model: Model, prompt: str) -> list[int]:
+def chat_prompt_tokens(model: Model | Session, prompt: str) -> list[int]:
+    """Token ids of a templated prompt (special tokens parsed, one BOS)."""
     toks = model.tokenize(prompt, add_special=True, parse_special=True)
     # Templates that write the BOS themselves would get a second one from add_special.
     if model.bos is not None and len(toks) >= 2 and toks[0] == model.bos and toks[1] == model.bos:
@@ -129,7 +131,8 @@ def _prompt_tokens(model: Model, prompt: str) -> list[int]:
     return toks
 
 
-def _merge_stops(user: str | Sequence[str] | None, extra: tuple[str, ...]) -> list[str]:
+def merge_stops(user: str | Sequence[str] | None, extra: tuple[str, ...]) -> list[str]:
+    """The user's stop strings, then each extra one not already there."""
     stops = [user] if isinstance(user, str) else list(user or [])
     for s in extra:
         if s not in stops:
@@ -137,14 +140,13 @@ def _merge_stops(user: str | Sequence[str] | None, extra: tuple[str, ...]) -> li
     return stops
 
 
-def _prepare(messages, model, template, stop, stop_at_end_marker):
-    m = _resolve_model(model)
-    prompt = chat_prompt(m, messages, template=template)
-    extra = end_marker_stops(m, template) if stop_at_end_marker else ()
-    return m, _prompt_tokens(m, prompt), _merge_stops(stop, extra)
+def _prepare(messages, session: Session, template, stop, stop_at_end_marker):
+    prompt = chat_prompt(session.model, messages, template=template)
+    extra = end_marker_stops(session.model, template) if stop_at_end_marker else ()
+    return chat_prompt_tokens(session.model, prompt), merge_stops(stop, extra)
 
 
-def chat(messages: str | Message | Iterable[Message], model: Model | str | os.PathLike | None = None, *,
+def chat(messages: str | Message | Iterable[Message], model: ModelLike = None, *,
          template: str | None = None, stop: str | Sequence[str] | None = None,
          stop_at_end_marker: bool = True, **generate_kwargs) -> GenerationResult:
     """Generate the assistant's reply to chat messages.
@@ -157,13 +159,26 @@ def chat(messages: str | Message | Iterable[Message], model: Model | str | os.Pa
     (end_marker_stops), unless stop_at_end_marker=False.
     Other keywords go to pymtp.generate (max_tokens, temperature, speculative...).
     """
-    m, tokens, stops = _prepare(messages, model, template, stop, stop_at_end_marker)
-    return generate(tokens, m, stop=stops or None, **generate_kwargs)
+    session, made = as_session(model)
+    try:
+        tokens, stops = _prepare(messages, session, template, stop, stop_at_end_marker)
+        return generate(tokens, session, stop=stops or None, **generate_kwargs)
+    finally:
+        if made:
+            session.close()
 
 
-def chat_stream(messages: str | Message | Iterable[Message], model: Model | str | os.PathLike | None = None, *,
+def chat_stream(messages: str | Message | Iterable[Message], model: ModelLike = None, *,
                 template: str | None = None, stop: str | Sequence[str] | None = None,
                 stop_at_end_marker: bool = True, **generate_kwargs) -> TextStream:
     """Like chat(), but a TextStream of reply pieces (`.result` once exhausted)."""
-    m, tokens, stops = _prepare(messages, model, template, stop, stop_at_end_marker)
-    return stream(tokens, m, stop=stops or None, **generate_kwargs)
+    session, made = as_session(model)
+    try:
+        tokens, stops = _prepare(messages, session, template, stop, stop_at_end_marker)
+        s = stream(tokens, session, stop=stops or None, **generate_kwargs)
+    except BaseException:
+        if made:
+            session.close()
+        raise
+    s.owns_session = made
+    return s

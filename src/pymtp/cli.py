@@ -236,7 +236,7 @@ def _model_path(args) -> str:
         if not os.path.isfile(path):
             raise CliError(f"model file not found: {path}")
         return path
-    from .generate import default_model_path
+    from .default_model import default_model_path
     try:
         return str(default_model_path())
     except FileNotFoundError as e:

@@ -53,3 +53,12 @@ def resolve(model: str | os.PathLike | None) -> Path:
     if isinstance(model, str) and model == "tiny":
         return TINY
     return Path(model)
+
+
+def default_model_path() -> Path:
+    """The GGUF pymtp uses when no model is given ($PYMTP_MODEL overrides): the default
+    SmolLM2-135M + NextN head, assembled in the cache on first use."""
+    path = resolve(None)
+    if not path.is_file():
+        raise FileNotFoundError(f"the default model is missing: {path}")
+    return path

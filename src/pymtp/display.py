@@ -1,20 +1,21 @@
 """Rich display of results and speculation stats in Jupyter (HTML tables, matplotlib plots).
 
-``GenerationResult._repr_html_``, ``SpecStats._repr_html_`` and ``SpecStats.plot()``
-call into this module, so in a notebook a result or its ``.stats`` renders as a
+The data classes (pymtp.stats) know nothing of this module: ``register_jupyter()``,
+called when pymtp is imported inside IPython, tells IPython's HTML formatter how to
+draw a GenerationResult and a SpecStats, so a result or its ``.stats`` renders as a
 table by itself. ``plot_stats`` needs matplotlib (``pip install 'pymtp[plot]'``).
 """
 
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Any, Mapping
+import sys
+from typing import Any, Mapping
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .generate import GenerationResult
-    from .speculator import SpecStats
+from .stats import GenerationResult, SpecStats
 
-__all__ = ["comparison_html", "plot_stats", "result_html", "stats_html", "stats_line", "stats_dict"]
+__all__ = ["comparison_html", "plot_stats", "register_jupyter", "result_html", "stats_html", "stats_line",
+           "stats_dict"]
 
 _TABLE = "border-collapse:collapse;font-family:monospace;font-size:12px;margin:4px 0"
 _TD = "padding:2px 10px;text-align:left;border-bottom:1px solid #ddd"
@@ -213,3 +214,17 @@ def plot_stats(stats: SpecStats, ax=None):
     except Exception:  # pragma: no cover - layout is cosmetic
         pass
     return fig
+
+
+def register_jupyter(shell=None) -> bool:
+    """Teach IPython's HTML formatter to draw results and stats (the running shell, or
+    the one given). False when there is no IPython shell; pymtp calls this on import."""
+    if shell is None:
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        return False
+    html_formatter = shell.display_formatter.formatters["text/html"]
+    html_formatter.for_type(GenerationResult, result_html)
+    html_formatter.for_type(SpecStats, stats_html)
+    return True

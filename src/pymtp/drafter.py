@@ -24,15 +24,9 @@ import numpy as np
 
 from ._native import check, ffi, lib
 from .config import SpecConfig
-from .model import DraftContext
+from .model import DraftContext, last_row_only
+from .rollback import KVTrim
 from .sampling import Sampler
-
-
-def _last_row_only(n: int) -> np.ndarray:
-    """Output flags asking for logits of the last of n rows (the head's next prediction)."""
-    out = np.zeros(n, dtype=np.uint8)
-    out[-1] = 1
-    return out
 
 
 @dataclass
@@ -50,6 +44,7 @@ class MTPDrafter:
 
     def __init__(self, draft: DraftContext) -> None:
         self.ctx = draft
+        self.rollback = KVTrim(draft)     # the head's own drafted rows are dropped after a draft
         model = draft.model
         self.n_embd = model.n_embd
         self.n_heads = max(1, model.n_mtp_layers)
@@ -73,7 +68,10 @@ class MTPDrafter:
         return self.n_heads if self.chained else 16
 
     def reset(self) -> None:
-        self.ctx.seq_rm(0)
+        """Forget everything fed so far (a new text, or a step that failed half-way)."""
+        if self.chained:
+            self.ctx.set_head(0)
+        self.rollback.trim(0)
         self._feed.clear()
         self._has_pending = False
         self._kv_end = 0
@@ -109,7 +107,7 @@ class MTPDrafter:
         n = len(self._feed)
         if n == 0:
             return
-        out = _last_row_only(n)
+        out = last_row_only(n)
         for head in range(self.n_heads if self.chained else 1):
             if self.chained:
                 # Each head writes only its own KV layer, so the positions are decoded once
@@ -135,7 +133,7 @@ class MTPDrafter:
         # One call: the queued accepted tokens plus last_token, output on the last row only.
         tokens = self._feed + [last_token]
         n = len(tokens)
-        self.ctx.decode(tokens, self._kv_end, self._rows[0], self._rows[1:n], output=_last_row_only(n))
+        self.ctx.decode(tokens, self._kv_end, self._rows[0], self._rows[1:n], output=last_row_only(n))
         self._feed.clear()
         self._kv_end = n_past + 1
         if sampler.config.greedy and not sampler.penalizes:
@@ -149,7 +147,7 @@ class MTPDrafter:
             self._recurse(draft, n_past, k, sampler, history, p_min)
         if k > 1 and draft.tokens:
             # Rows past last_token hold the head's own hidden rows, not the target's.
-            self.ctx.seq_rm(n_past + 1)
+            self.rollback.trim(n_past + 1)
         # The pending row (paired with last_token) is consumed; observe() sets the next.
         self._has_pending = False
         return draft
@@ -175,13 +173,13 @@ class MTPDrafter:
         for i in range(k):
             self.ctx.set_head(i)
             self.ctx.seq_rm(n_past)
-            self.ctx.decode(tokens, n_past, self._own[0], self._own[1:len(tokens)], output=_last_row_only(len(tokens)))
+            self.ctx.decode(tokens, n_past, self._own[0], self._own[1:len(tokens)], output=last_row_only(len(tokens)))
             if not self._take(draft, sampler, history, p_min):
                 break
             self._own[len(tokens)] = self.ctx.hidden()[0]
             tokens.append(draft.tokens[-1])
         self.ctx.set_head(0)
-        self.ctx.seq_rm(n_past)
+        self.rollback.trim(n_past)
         self._kv_end = n_past
         # last_token is not fed: observe() queues it with the old pending row.
         return draft

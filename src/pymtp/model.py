@@ -38,6 +38,13 @@ def _view(ptr, n_rows: int, n_cols: int) -> np.ndarray:
     return arr
 
 
+def last_row_only(n: int) -> np.ndarray:
+    """Output flags for a decode of n tokens that needs logits of the last row only."""
+    out = np.zeros(n, dtype=np.uint8)
+    out[-1] = 1
+    return out
+
+
 class Model:
     """A GGUF model loaded by llama.cpp (weights only; contexts hold the state).
 

@@ -41,7 +41,7 @@ except ImportError as e:  # pragma: no cover - exercised without the extra
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .chat import _prompt_tokens, chat_prompt, end_marker_stops, normalize_messages
+from .chat import chat_prompt, chat_prompt_tokens, end_marker_stops, normalize_messages
 from .config import GenerationConfig, SamplingConfig, SpecConfig
 from .errors import ContextFullError, PymtpError, UnsupportedError
 from .generate import GenerationResult, TextStream
@@ -413,7 +413,7 @@ def create_app(model: Model, *, model_name: str | None = None, chat_template: st
                        "chat_template_missing") from None
         except PymtpError as e:
             raise _bad(f"the chat template could not be applied: {e}", "messages") from None
-        return (lambda: _prompt_tokens(model, text)), chat_stops
+        return (lambda: chat_prompt_tokens(model, text)), chat_stops
 
     def _sse(obj: Any) -> str:
         return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"

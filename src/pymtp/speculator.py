@@ -10,15 +10,19 @@ Transition table (``state`` after each call):
                                               rows for the draft head (hand-off)
     READY      step()              READY      DRAFT  up to k tokens from the MTP head (k from the
                                                      DraftPolicy; 0 = a plain decode step)
-                                              VERIFY one target decode of [last, d1..dk]
+                                              VERIFY one target decode of [last, d1..dk] (a
+                                                     checkpoint context marks its state first)
                                               ACCEPT the sampling rule keeps d1..dn, then adds
                                                      the target's own next token
-                                              ROLLBACK drop positions past the accepted ones from
-                                                     the target KV (recurrent state: n_rs_seq
-                                                     snapshots, or checkpoint + re-decode)
                                               HANDOFF queue accepted tokens with their hidden rows
-                                                     for the draft head
+                                                     for the draft head (before ROLLBACK: a
+                                                     checkpoint re-decode replaces the rows)
+                                              ROLLBACK trim the target to the accepted positions
+                                                     (pymtp.rollback: KV trim, n_rs_seq
+                                                     snapshot, or checkpoint + re-decode)
                                               POLICY  record acceptance, adapt k, cooldown
+    READY      step() raises       READY      the target is trimmed back to n_past and the
+                                              draft head restarts: the text is unchanged
     READY      start(prompt)       READY      a new generation on the same contexts
     any        close()             CLOSED
     =========  ==================  =========  ==============================================
@@ -32,102 +36,20 @@ from __future__ import annotations
 
 import enum
 import time
-from dataclasses import dataclass, field
-
-import numpy as np
 
 from .config import SamplingConfig, SpecConfig
 from .drafter import Draft, DraftPolicy, MTPDrafter
 from .errors import UnsupportedError
-from .model import DraftContext, TargetContext
+from .model import DraftContext, TargetContext, last_row_only
+from .rollback import rollback_for
 from .sampling import Sampler
+from .stats import SpecStats, StepResult
 
 
 class State(enum.Enum):
     IDLE = "idle"
     READY = "ready"
     CLOSED = "closed"
-
-
-@dataclass
-class StepResult:
-    """What one speculative step did."""
-
-    drafted: list[int]
-    n_accepted: int
-    emitted: list[int]        # accepted drafts + the target's own token
-    t_draft: float            # seconds proposing (draft-head decodes and token choice)
-    t_verify: float           # seconds in the target decode and rollback (native)
-    t_total: float
-
-
-@dataclass
-class SpecStats:
-    """Counters of a generation. accepted_at[i] counts steps whose draft token i was accepted."""
-
-    n_steps: int = 0
-    n_drafted: int = 0
-    n_accepted: int = 0
-    n_emitted: int = 0
-    drafted_at: list[int] = field(default_factory=list)
-    accepted_at: list[int] = field(default_factory=list)
-    n_prompt: int = 0
-    t_prefill: float = 0.0
-    t_draft: float = 0.0
-    t_verify: float = 0.0
-    t_total: float = 0.0            # wall time of the steps (prefill excluded)
-    cooldown_steps: int = 0
-
-    def record(self, r: StepResult) -> None:
-        self.n_steps += 1
-        self.n_drafted += len(r.drafted)
-        self.n_accepted += r.n_accepted
-        self.n_emitted += len(r.emitted)
-        for counts, n in ((self.drafted_at, len(r.drafted)), (self.accepted_at, r.n_accepted)):
-            if len(counts) < n:
-                counts.extend([0] * (n - len(counts)))
-            for i in range(n):
-                counts[i] += 1
-        self.t_draft += r.t_draft
-        self.t_verify += r.t_verify
-        self.t_total += r.t_total
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Accepted / drafted tokens (0 when nothing was drafted)."""
-        return self.n_accepted / self.n_drafted if self.n_drafted else 0.0
-
-    @property
-    def acceptance_by_position(self) -> list[float]:
-        """P(draft token i accepted | it was drafted)."""
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
-
-    @property
-    def mean_accepted(self) -> float:
-        """Mean accepted draft tokens per step."""
-        return self.n_accepted / self.n_steps if self.n_steps else 0.0
-
-    @property
-    def tokens_per_step(self) -> float:
-        return self.n_emitted / self.n_steps if self.n_steps else 0.0
-
-    @property
-    def t_python(self) -> float:
-        """Step time spent outside the draft head and the target decode."""
-        return max(0.0, self.t_total - self.t_draft - self.t_verify)
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.n_emitted / self.t_total if self.t_total > 0 else 0.0
-
-    def plot(self, ax=None):
-        """Per-position acceptance and the time split (needs matplotlib: pip install 'pymtp[plot]')."""
-        from .display import plot_stats
-        return plot_stats(self, ax=ax)
-
-    def _repr_html_(self) -> str:  # Jupyter
-        from .display import stats_html
-        return stats_html(self)
 
 
 class MTPSpeculator:
@@ -147,10 +69,7 @@ class MTPSpeculator:
         n_max = min(self.spec.n_draft, self.drafter.max_draft) if self.drafter else 0
         self.policy = DraftPolicy(self.spec, n_max) if self.drafter else None
         self.n_max_draft = n_max
-        # Hybrid models roll recurrent state back with llama.cpp's n_rs_seq snapshots
-        # when the target has enough of them, else with a checkpoint and a re-decode.
-        self._checkpoint = (self.drafter is not None and self.model.is_recurrent
-                            and target.n_rs_seq < n_max)
+        self.rollback = rollback_for(target, n_max)
         self.sampler = Sampler(self.sampling)
         self.tokens: list[int] = []
         self.n_past = 0
@@ -184,9 +103,8 @@ class MTPSpeculator:
         step = self.target.n_batch
         for p0 in range(0, len(body), step):
             chunk = body[p0:p0 + step]
-            out = np.zeros(len(chunk), dtype=np.uint8)   # no logits needed: hidden rows come anyway
-            out[-1] = 1
-            self.target.decode(chunk, p0, output=out)
+            # no logits needed but the last row's: hidden rows come anyway
+            self.target.decode(chunk, p0, output=last_row_only(len(chunk)))
             if self.drafter:
                 self.drafter.observe(chunk, p0, self.target.hidden())
             self.n_past = p0 + len(chunk)
@@ -210,7 +128,32 @@ class MTPSpeculator:
             raise ValueError("the context is full")
         t0 = time.perf_counter()
         n_past, last = self.n_past, self.tokens[-1]
+        try:
+            draft, n_acc, new, times = self._speculate(n_past, last, max_new, t0)
+        except BaseException:
+            # Put the contexts back where the step found them: the target KV holds
+            # tokens[:-1] again, and the draft head starts over (it drafts from
+            # whatever it is fed next; losing its older context costs acceptance only).
+            self.rollback.trim(n_past)
+            if self.drafter:
+                self.drafter.reset()
+            raise
+        emitted = draft.tokens[:n_acc] + [new]
+        self.tokens.extend(emitted)
+        self.n_past = n_past + n_acc + 1
 
+        # POLICY
+        t_draft, t_verify = times
+        if self.policy:
+            self.policy.update(len(draft.tokens), n_acc, t_draft, t_verify)
+            self.stats.cooldown_steps = self.policy.cooldown_steps_taken
+        result = StepResult(draft.tokens, n_acc, emitted, t_draft, t_verify, time.perf_counter() - t0)
+        self.stats.record(result)
+        return result
+
+    def _speculate(self, n_past: int, last: int, max_new: int | None, t0: float):
+        """DRAFT, VERIFY, ACCEPT, HANDOFF, ROLLBACK; returns the draft, the accepted count,
+        the target's own token and the (draft, verify) seconds."""
         # DRAFT
         k = self.policy.next_length() if self.policy else 0
         limit = min(self.room() - 1, self.target.n_batch - 1)
@@ -223,8 +166,8 @@ class MTPSpeculator:
 
         # VERIFY: one target decode of [last, d1..dk]
         batch = [last] + draft.tokens
-        if self._checkpoint and draft.tokens:
-            self.target.checkpoint_save()
+        if draft.tokens:
+            self.rollback.mark(n_past, batch)
         self.target.decode(batch, n_past)
         logits = self.target.logits()
         t2 = time.perf_counter()
@@ -240,25 +183,9 @@ class MTPSpeculator:
         # ROLLBACK
         t3 = time.perf_counter()
         if n_acc < len(draft.tokens):
-            if self._checkpoint:
-                self.target.checkpoint_restore()
-                self.target.seq_rm(n_past)
-                self.target.decode(accepted, n_past, output=[0] * n_acc + [1])
-            else:
-                self.target.seq_rm(n_past + n_acc + 1)
+            self.rollback.trim(n_past + n_acc + 1)
         t4 = time.perf_counter()
-
-        emitted = draft.tokens[:n_acc] + [new]
-        self.tokens.extend(emitted)
-        self.n_past = n_past + n_acc + 1
-
-        # POLICY
-        if self.policy:
-            self.policy.update(len(draft.tokens), n_acc, t1 - t0, t2 - t1)
-            self.stats.cooldown_steps = self.policy.cooldown_steps_taken
-        result = StepResult(draft.tokens, n_acc, emitted, t1 - t0, (t2 - t1) + (t4 - t3), time.perf_counter() - t0)
-        self.stats.record(result)
-        return result
+        return draft, n_acc, new, (t1 - t0, (t2 - t1) + (t4 - t3))
 
     def close(self) -> None:
         self.state = State.CLOSED

@@ -4,7 +4,7 @@ Each fixture is under about 1 MB of F32 weights written with the ``gguf`` packag
 (``pip install pymtp[models]``) in about a tenth of a second, and loads in the
 pinned llama.cpp with its MTP / NextN blocks::
 
-    from pymtp.fixtures import FAMILIES, fixture_path, make_fixture
+    from pymtp.testing.fixtures import FAMILIES, fixture_path, make_fixture
     path = fixture_path("glm4moe")                # cached, generated once per seed
     make_fixture("qwen35", "/tmp/q.gguf", seed=3, noise=0.1)
 
@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import cache
+from .. import cache
 
 __all__ = [
     "FAMILIES",
@@ -592,7 +592,7 @@ def make_fixture(family: str, path: str | os.PathLike, *, seed: int = 0, **overr
     try:
         from gguf import GGUFWriter
     except ImportError as e:  # pragma: no cover
-        raise ImportError("pymtp.fixtures needs the gguf package: pip install 'pymtp[models]'") from e
+        raise ImportError("pymtp.testing.fixtures needs the gguf package: pip install 'pymtp[models]'") from e
 
     fam, cfg = _resolve(family, overrides)
     n_mtp = 0 if not cfg.mtp else (fam.n_mtp if cfg.n_mtp is None else cfg.n_mtp)

@@ -6,9 +6,9 @@ blocks, one NextN/MTP block with a routed-MoE FFN) into a model with a realistic
 trunk-to-head cost ratio (e.g. 1024 wide, 16+ more trunk blocks against one MTP
 block) whose greedy output and MTP acceptance are those of the source::
 
-    from pymtp.deep import deep_variant_path
+    from pymtp.testing.deep import deep_variant_path
     path = deep_variant_path()                  # the bundled default, 1024 wide, +16 blocks
-    python -m pymtp.deep --src model.gguf --n-embd 1024 --extra-layers 16
+    python -m pymtp.testing.deep --src model.gguf --n-embd 1024 --extra-layers 16
 
 How the predictions stay the same (llama.cpp 0c1e57098bba, src/models/glm4-moe.cpp):
 
@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from . import cache
+from .. import cache
 
 __all__ = ["DEEP_VERSION", "deep_variant_path", "make_deep"]
 
@@ -427,7 +427,7 @@ def deep_variant_path(src: str | os.PathLike | None = None, *, cache_dir: str | 
     ``~/.cache/pymtp/deep``), keyed by the source's size, mtime and first MB and by
     the parameters; written to a temporary file and renamed."""
     if src is None:
-        from .default_model import TINY
+        from ..default_model import TINY
 
         src = TINY
     src = Path(src)
@@ -455,7 +455,7 @@ def _summary(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pymtp.deep",
+    ap = argparse.ArgumentParser(prog="python -m pymtp.testing.deep",
                                  description="Write a deep, wide glm4moe variant with identical predictions.")
     ap.add_argument("--src", default=None, help="source glm4moe GGUF (default: the bundled default model)")
     ap.add_argument("--out", default=None, help="output path (default: the cache, see deep_variant_path)")
@@ -473,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         src = a.src
         if src is None:
-            from .default_model import TINY
+            from ..default_model import TINY
 
             src = TINY
         path = make_deep(src, a.out, **kw)
