@@ -76,6 +76,17 @@ class MTPDrafter:
         self._has_pending = False
         self._kv_end = 0
 
+    def truncate(self, n_keep: int) -> int:
+        """Keep at most the first n_keep positions of the draft KV; returns how many it kept
+        (positions queued but not yet fed are dropped). The next observe() must start at
+        position kept - 1, whose hidden row pairs with the token at kept."""
+        kept = min(n_keep, self._kv_end)
+        self.rollback.trim(kept)
+        self._kv_end = kept
+        self._feed.clear()
+        self._has_pending = False
+        return kept
+
     # ---- hand-off --------------------------------------------------------------------
 
     def observe(self, tokens: list[int], pos0: int, hidden: np.ndarray) -> None:

@@ -217,8 +217,13 @@ class _Context:
     is_draft = False
 
     def __init__(self, model: Model) -> None:
+        if not isinstance(model, Model):
+            model = getattr(model, "model", model)      # a Session: its model
+        if not isinstance(model, Model):
+            raise TypeError(f"a context needs a Model or a Session, got {type(model).__name__}")
         self.model = model
         self.lock = model.lock
+        self.n_writes = 0          # decodes and cuts so far: a cache's owner sees foreign writes
         self._h = None
         self._n_rows_out = ffi.new("int32_t *")
         self._ptr_out = ffi.new("float **")
@@ -297,10 +302,12 @@ class _Context:
     def seq_rm(self, p0: int, p1: int = -1, *, seq_id: int = 0) -> None:
         """Forget positions [p0, p1) of a sequence (p1 = -1: to the end)."""
         with self.lock:
+            self.n_writes += 1
             check(lib.pymtp_seq_rm(self._handle(), seq_id, p0, p1))
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         with self.lock:
+            self.n_writes += 1
             check(lib.pymtp_seq_cp(self._handle(), src, dst, p0, p1))
 
     def pos_max(self, seq_id: int = 0) -> int:
@@ -324,6 +331,7 @@ class _Context:
                 raise ValueError(f"output flags must match the tokens: {flags.shape} vs {arr.shape}")
             out_ptr = ffi.from_buffer("uint8_t[]", flags)
         with self.lock:
+            self.n_writes += 1
             check(lib.pymtp_decode(self._handle(), ffi.from_buffer("int32_t[]", arr), len(arr), pos0, seq_id,
                                    out_ptr, first, rest))
 
@@ -338,7 +346,7 @@ class TargetContext(_Context):
         p = self._params(n_ctx, n_batch, n_rs_seq, n_threads, n_seq_max)
         out = ffi.new("pymtp_ctx **")
         with self.lock:
-            check(lib.pymtp_ctx_create(model._handle(), p, out))
+            check(lib.pymtp_ctx_create(self.model._handle(), p, out))
             self._h = out[0]
             self._init_info()
 
@@ -353,6 +361,7 @@ class TargetContext(_Context):
 
     def checkpoint_restore(self, seq_id: int = 0) -> None:
         with self.lock:
+            self.n_writes += 1
             check(lib.pymtp_checkpoint_restore(self._handle(), seq_id))
 
     def _close_children(self) -> None:

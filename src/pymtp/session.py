@@ -48,13 +48,14 @@ class Session:
         self.generation = 0            # bumped by every new generation: paused streams notice
         self._target: TargetContext | None = None
         self._draft: DraftContext | None = None
+        self._speculator: MTPSpeculator | None = None     # the last one: its caches can be reused
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._closed = False
 
     # ---- contexts --------------------------------------------------------------------------
 
-    def _contexts(self) -> tuple[TargetContext, DraftContext | None]:
+    def _ensure_contexts(self) -> tuple[TargetContext, DraftContext | None]:
         """The target and draft contexts, made (again, after a close of either) on demand."""
         if self._closed:
             raise UnsupportedError("this session is closed")
@@ -67,21 +68,31 @@ class Session:
 
     @property
     def target(self) -> TargetContext:
-        return self._contexts()[0]
+        return self._ensure_contexts()[0]
 
     @property
     def draft(self) -> DraftContext | None:
-        return self._contexts()[1]
+        return self._ensure_contexts()[1]
 
     def speculator(self, sampling: SamplingConfig | None = None, spec: SpecConfig | None = None) -> MTPSpeculator:
         """A speculator over this session's contexts (spec None: plain decoding)."""
-        target, draft = self._contexts()
+        target, draft = self._ensure_contexts()
         if spec is not None and draft is None:
             m = self.model
             raise UnsupportedError(
                 f"{m.path.name} has no MTP blocks (architecture {m.architecture}, n_mtp_layers={m.n_mtp_layers}, "
                 f"loaded={m.mtp_loaded}): speculative decoding needs them. Run it with speculative=False.")
-        return MTPSpeculator(target, draft if spec is not None else None, sampling, spec or SpecConfig())
+        draft = draft if spec is not None else None
+        last = self._speculator
+        if last is not None and last.target is target and (last.drafter.ctx if last.drafter else None) is draft:
+            # The same contexts and drafting mode: keep the speculator, and with it the
+            # text its caches hold (the next start() reuses the shared prefix).
+            last.configure(spec or SpecConfig())
+            if sampling is not None:
+                last.sampling = sampling
+            return last
+        self._speculator = MTPSpeculator(target, draft, sampling, spec or SpecConfig())
+        return self._speculator
 
     # ---- per-token facts, cached (asked once per emitted token) --------------------------------
 
@@ -108,6 +119,7 @@ class Session:
             if ctx is not None:
                 ctx.close()
         self._target = self._draft = None
+        self._speculator = None
 
     def close(self) -> None:
         """Free the contexts (and the model, when the session loaded it)."""

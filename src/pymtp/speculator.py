@@ -63,23 +63,29 @@ class MTPSpeculator:
                  sampling: SamplingConfig | None = None, spec: SpecConfig | None = None) -> None:
         self.target = target
         self.model = target.model
-        self.sampling = sampling or SamplingConfig()
-        self.spec = spec or SpecConfig()
         self.drafter = MTPDrafter(draft) if draft is not None else None
-        n_max = min(self.spec.n_draft, self.drafter.max_draft) if self.drafter else 0
-        self.policy = DraftPolicy(self.spec, n_max) if self.drafter else None
-        self.n_max_draft = n_max
-        self.rollback = rollback_for(target, n_max)
+        self.sampling = sampling or SamplingConfig()
+        self.configure(spec or SpecConfig())
         self.sampler = Sampler(self.sampling)
         self.tokens: list[int] = []
         self.n_past = 0
         self.stats = SpecStats()
         self.state = State.IDLE
+        self._writes = (-1, -1)          # the contexts' write counts when this speculator left them
+
+    def configure(self, spec: SpecConfig) -> None:
+        """Use these speculation settings from the next start() on."""
+        self.spec = spec
+        n_max = min(spec.n_draft, self.drafter.max_draft) if self.drafter else 0
+        self.n_max_draft = n_max
+        self.policy = DraftPolicy(spec, n_max) if self.drafter else None
+        self.rollback = rollback_for(self.target, n_max)
 
     # ---- prefill ----------------------------------------------------------------------------
 
     def start(self, prompt: list[int], sampling: SamplingConfig | None = None) -> None:
-        """Begin a generation: reset both KV caches and prefill the prompt."""
+        """Begin a generation: prefill the prompt, reusing the cached prefix it shares with the
+        text in the KV caches (see ``reusable_prefix``); the rest is decoded from there."""
         if self.state is State.CLOSED:
             raise UnsupportedError("the speculator is closed")
         if not prompt:
@@ -92,24 +98,61 @@ class MTPSpeculator:
         self.sampler = Sampler(self.sampling)
         self.policy = DraftPolicy(self.spec, self.n_max_draft) if self.drafter else None
         self.stats = SpecStats(n_prompt=len(prompt))
-        self.state = State.IDLE          # until the prefill succeeds
         t0 = time.perf_counter()
-        self.target.seq_rm(0)
-        if self.drafter:
-            self.drafter.reset()
-        self.tokens = list(prompt)
-        self.n_past = 0
-        body = self.tokens[:-1]
+        keep, why = self.reusable_prefix(prompt)
+        self.state = State.IDLE          # until the prefill succeeds
+        prompt = list(prompt)
+        body = prompt[:-1]
+        if keep == self.n_past and keep > 0:
+            p0 = keep                    # the prompt extends the cached text: decode the rest
+        else:
+            # Cut both caches back. The head at position p pairs x(p) with the target's
+            # hidden row of p-1, so the target re-decodes one kept position to hand that
+            # row over (only positions the draft KV already holds are kept).
+            p0 = max(0, self.drafter.truncate(keep) - 1) if self.drafter else keep
+            self.target.seq_rm(p0)       # a recurrent target gets here only with p0 == 0
+            if self.drafter and p0 == 0:
+                self.drafter.reset()
+        self.tokens = prompt
+        self.n_past = p0
+        self.stats.n_reused = p0
+        self.stats.reuse_miss = why
         step = self.target.n_batch
-        for p0 in range(0, len(body), step):
-            chunk = body[p0:p0 + step]
+        for c0 in range(p0, len(body), step):
+            chunk = body[c0:c0 + step]
             # no logits needed but the last row's: hidden rows come anyway
-            self.target.decode(chunk, p0, output=last_row_only(len(chunk)))
+            self.target.decode(chunk, c0, output=last_row_only(len(chunk)))
             if self.drafter:
-                self.drafter.observe(chunk, p0, self.target.hidden())
-            self.n_past = p0 + len(chunk)
+                self.drafter.observe(chunk, c0, self.target.hidden())
+            self.n_past = c0 + len(chunk)
         self.stats.t_prefill = time.perf_counter() - t0
         self.state = State.READY
+        self._remember_writes()
+
+    def reusable_prefix(self, prompt: list[int]) -> tuple[int, str]:
+        """How many leading positions of the target KV a new prompt can keep, and why not
+        more ("" when all it shares). Only what this speculator itself left in the caches
+        counts: any other write to either context since makes the whole cache unusable."""
+        if not self.tokens or self.state is not State.READY:
+            return 0, "no cached text"
+        if self._writes != self._write_counts():
+            return 0, "the contexts were used by something else"
+        cached = self.tokens[:self.n_past]
+        limit = min(len(cached), len(prompt) - 1)      # the prompt's last token is decoded by step()
+        n = 0
+        while n < limit and cached[n] == prompt[n]:
+            n += 1
+        if n < self.n_past and self.model.is_recurrent:
+            # Recurrent state exists only at the end of the cached text: no cut is possible.
+            return 0, f"recurrent state: the prompt diverges at {n} of {self.n_past} cached positions"
+        return n, "" if n == limit else f"the prompt diverges from the cached text at position {n}"
+
+    def _write_counts(self) -> tuple[int, int]:
+        d = self.drafter.ctx.n_writes if self.drafter else 0
+        return self.target.n_writes, d
+
+    def _remember_writes(self) -> None:
+        self._writes = self._write_counts()
 
     # ---- one step ------------------------------------------------------------------------------
 
@@ -137,6 +180,7 @@ class MTPSpeculator:
             self.rollback.trim(n_past)
             if self.drafter:
                 self.drafter.reset()
+            self._remember_writes()
             raise
         emitted = draft.tokens[:n_acc] + [new]
         self.tokens.extend(emitted)
@@ -149,6 +193,7 @@ class MTPSpeculator:
             self.stats.cooldown_steps = self.policy.cooldown_steps_taken
         result = StepResult(draft.tokens, n_acc, emitted, t_draft, t_verify, time.perf_counter() - t0)
         self.stats.record(result)
+        self._remember_writes()
         return result
 
     def _speculate(self, n_past: int, last: int, max_new: int | None, t0: float):

@@ -37,6 +37,8 @@ class SpecStats:
     t_verify: float = 0.0
     t_total: float = 0.0            # wall time of the steps (prefill excluded)
     cooldown_steps: int = 0
+    n_reused: int = 0               # prompt positions taken from the cache, not decoded again
+    reuse_miss: str = ""            # why more of the prompt could not be reused ("" = all it shared)
 
     def record(self, r: StepResult) -> None:
         self.n_steps += 1
