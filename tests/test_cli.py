@@ -10,7 +10,7 @@ import types
 import pytest
 
 import pymtp
-from pymtp.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Progress, main
+from pymtp.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Progress, main
 
 
 @pytest.fixture
@@ -137,6 +137,47 @@ def test_chat_repl(capsys, fixture_model, monkeypatch, models):
                    {"role": "user", "content": "How are you?"}], m, template="chatml", max_tokens=6)
     assert cap.out == first.text + "\n" + second.text + "\n"
     assert cap.err.count("tok/s") == 1 and "(stats off)" in cap.err
+
+
+class _CtrlCAfterFirstWrite(io.StringIO):
+    """A stdout on which Ctrl-C (KeyboardInterrupt) comes right after the first text is written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        n = super().write(text)
+        if text:                     # input("") writes its empty prompt
+            self.writes.append(text)
+            if len(self.writes) == 1:
+                raise KeyboardInterrupt
+        return n
+
+
+def test_generate_interrupted(capsys, fixture_model, monkeypatch):
+    out = _CtrlCAfterFirstWrite()
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["generate", "-m", fixture_model, "-n", "40", "--ignore-eos", "def f(x):"]) == EXIT_INTERRUPTED
+    err = capsys.readouterr().err
+    assert out.writes[0] and out.getvalue() == out.writes[0] + "\n"
+    assert "interrupted" in err and "tok/s" not in err
+
+
+def test_chat_reply_interrupted_is_kept(capsys, fixture_model, monkeypatch, models):
+    out = _CtrlCAfterFirstWrite()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Hello\nHow are you?\n"))
+    assert main(["chat", "-m", fixture_model, "--template", "chatml", "-n", "8", "--ignore-eos", "--stats"]) == EXIT_OK
+    err = capsys.readouterr().err
+    from pymtp.chat import chat
+
+    partial = out.writes[0]     # the interrupted reply so far: kept in the conversation
+    second = chat([{"role": "user", "content": "Hello"}, {"role": "assistant", "content": partial},
+                   {"role": "user", "content": "How are you?"}], models("glm4moe"), template="chatml",
+                  max_tokens=8, ignore_eos=True)
+    assert partial and out.getvalue() == partial + "\n" + second.text + "\n"
+    assert "(reply interrupted)" in err and err.count("tok/s") == 1
 
 
 def test_bench_is_forwarded(monkeypatch):

@@ -28,13 +28,13 @@ TIMEOUT = 30
 class _Server:
     """uvicorn in a background thread on 127.0.0.1:<free port>."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, lifespan: str = "off") -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        cfg = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        cfg = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan=lifespan)
         self.server = uvicorn.Server(cfg)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
@@ -222,3 +222,15 @@ def test_client_disconnect_mid_stream(client):
     next(iter(s))
     s.close()  # the server stops that generation after its current step
     assert client.completions.create(model="x", prompt="abc", max_tokens=16).choices[0].text == ref
+
+
+def test_app_on_a_model_has_a_session_of_its_own(models):
+    session = models("glm4moe")
+    app = create_app(session.model, model_name="m")     # a Model, not a Session: wrapped in one
+    own = app.state.session
+    assert isinstance(own, pymtp.Session) and own is not session and own.model is session.model
+    with _Server(app, lifespan="on") as srv:
+        r = srv.client().completions.create(model="m", prompt="def f(x):", max_tokens=8)
+        assert r.choices[0].text == pymtp.generate("def f(x):", session, max_tokens=8).text
+        assert not own.closed
+    assert own.closed and not session.model.closed   # closed at shutdown; the model stays the caller's

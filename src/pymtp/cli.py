@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Sequence
 
+from . import __version__
+
 EXIT_OK = 0
 EXIT_ERROR = 1      # loading or generation failed
 EXIT_USAGE = 2      # bad arguments, missing model file, model without a chat template
@@ -151,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Multi-token-prediction (MTP) speculative decoding on llama.cpp: the model's own MTP "
                     "head drafts tokens, the trunk verifies them in one pass.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"pymtp {_version()}")
+    parser.add_argument("--version", action="version", version=f"pymtp {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     fmt = argparse.RawDescriptionHelpFormatter
@@ -215,14 +217,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _version() -> str:
-    try:
-        from . import __version__
-        return __version__
-    except Exception:  # pragma: no cover
-        return "?"
-
-
 # ---- helpers -------------------------------------------------------------------------------
 
 
@@ -244,6 +238,7 @@ def _model_path(args) -> str:
 
 
 def _load(args):
+    """The Session of the model the arguments name (loaded with a progress indicator)."""
     import pymtp
     if getattr(args, "verbose", False):
         import logging
@@ -305,6 +300,27 @@ def _write(text: str) -> None:
     out.flush()
 
 
+def _echo(stream, *, stats: bool) -> tuple[str, bool]:
+    """Write a stream's pieces to stdout as they come, then end the line.
+
+    Returns the text written and whether the stream ran to its end; Ctrl-C stops
+    it (the stream is closed) and returns False. stats: print the stats line on
+    stderr after a stream that ended."""
+    pieces: list[str] = []
+    try:
+        for piece in stream:
+            pieces.append(piece)
+            _write(piece)
+    except KeyboardInterrupt:
+        stream.close()
+        _write("\n")
+        return "".join(pieces), False
+    _write("\n")
+    if stats:
+        print(_stats_line(stream.result), file=sys.stderr, flush=True)
+    return "".join(pieces), True
+
+
 def _stats_line(result) -> str:
     from .display import stats_line
     return stats_line(result.stats, result.finish_reason)
@@ -326,34 +342,27 @@ def cmd_generate(args) -> int:
     prompt = _read_prompt(args)
     if not prompt:
         raise CliError("the prompt is empty")
-    model = _load(args)
+    session = _load(args)
     try:
-        kw = _gen_kwargs(args, model)
+        kw = _gen_kwargs(args, session.model)
         if args.chat:
             from .chat import chat_stream
-            _check_template(model, args.template)
-            s = chat_stream(prompt, model, template=args.template, **kw)
+            _check_template(session.model, args.template)
+            s = chat_stream(prompt, session, template=args.template, **kw)
         else:
-            s = pymtp.stream(prompt, model, **kw)
+            s = pymtp.stream(prompt, session, **kw)
         if args.json:
             for _ in s:
                 pass
-            print(json.dumps(_result_json(s.result, model), ensure_ascii=False))
+            print(json.dumps(_result_json(s.result, session.model), ensure_ascii=False))
             return EXIT_OK
-        try:
-            for piece in s:
-                _write(piece)
-        except KeyboardInterrupt:
-            s.close()
-            _write("\n")
+        _, done = _echo(s, stats=not args.quiet)
+        if not done:
             print("interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
-        _write("\n")
-        if not args.quiet:
-            print(_stats_line(s.result), file=sys.stderr, flush=True)
         return EXIT_OK
     finally:
-        model.close()
+        session.close()
 
 
 def _check_template(model, template: str | None) -> None:
@@ -370,7 +379,8 @@ def _check_template(model, template: str | None) -> None:
 
 def cmd_chat(args) -> int:
     from .chat import chat_stream
-    model = _load(args)
+    session = _load(args)
+    model = session.model
     try:
         _check_template(model, args.template)
         kw = _gen_kwargs(args, model)
@@ -409,24 +419,13 @@ def cmd_chat(args) -> int:
                 print(f"(stats {'on' if show_stats else 'off'})", file=sys.stderr)
                 continue
             history.append({"role": "user", "content": line})
-            s = chat_stream(history, model, template=args.template, **kw)
-            reply = []
-            try:
-                for piece in s:
-                    reply.append(piece)
-                    _write(piece)
-            except KeyboardInterrupt:
-                s.close()
-                _write("\n")
+            s = chat_stream(history, session, template=args.template, **kw)
+            reply, done = _echo(s, stats=show_stats and not args.quiet)
+            if not done:
                 print("(reply interrupted)", file=sys.stderr)
-                history.append({"role": "assistant", "content": "".join(reply)})
-                continue
-            _write("\n")
-            history.append({"role": "assistant", "content": s.result.text})
-            if show_stats and not args.quiet:
-                print(_stats_line(s.result), file=sys.stderr, flush=True)
+            history.append({"role": "assistant", "content": reply})
     finally:
-        model.close()
+        session.close()
 
 
 def _fmt_bytes(n: int) -> str:
@@ -467,16 +466,16 @@ def model_info(model) -> dict:
         "rollback": model.supports_rollback,
         "chat_template": tmpl is not None,
         "build_info": pymtp.build_info(),
-        "pymtp_version": _version(),
+        "pymtp_version": __version__,
     }
 
 
 def cmd_info(args) -> int:
-    model = _load(args)
+    session = _load(args)
     try:
-        info = model_info(model)
+        info = model_info(session.model)
     finally:
-        model.close()
+        session.close()
     if args.json:
         print(json.dumps(info, indent=2))
         return EXIT_OK
@@ -509,18 +508,19 @@ def cmd_serve(args) -> int:
         from .server import create_app, serve
     except ImportError as e:
         raise CliError(f"{e}") from None
-    model = _load(args)
+    session = _load(args)
     try:
         if args.template is not None:
-            _check_template(model, args.template)
-        defaults = {"speculative": False} if (args.no_spec or args.no_mtp or not model.mtp_loaded) else {}
+            _check_template(session.model, args.template)
+        mtp = session.model.mtp_loaded
+        defaults = {"speculative": False} if (args.no_spec or args.no_mtp or not mtp) else {}
         if args.max_tokens is not None:
             defaults["max_tokens"] = args.max_tokens
-        app = create_app(model, model_name=args.model_name, chat_template=args.template, defaults=defaults)
+        app = create_app(session, model_name=args.model_name, chat_template=args.template, defaults=defaults)
         serve(app, host=args.host, port=args.port, log_level=args.log_level)
         return EXIT_OK
     finally:
-        model.close()
+        session.close()
 
 
 def cmd_bench(argv: Sequence[str]) -> int:

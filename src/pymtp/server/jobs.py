@@ -1,0 +1,132 @@
+"""From a request body to a Job: the prompt, the sampling and speculation settings, the limits.
+
+Unsupported OpenAI features are refused here with a 400 naming the field, before
+anything runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from ..chat import chat_prompt, chat_prompt_tokens, end_marker_stops, merge_stops, normalize_messages
+from ..config import GenerationConfig, SamplingConfig, SpecConfig
+from ..errors import PymtpError, UnsupportedError
+from ..session import Session
+from .errors import bad_request, validation_error
+from .runner import Job
+from .schemas import ChatCompletionRequest, CommonRequest, CompletionRequest
+
+__all__ = ["JobMaker"]
+
+DEFAULT_MAX_TOKENS = 256
+
+
+class JobMaker:
+    """Resolves requests for one session with the server's defaults and chat template.
+
+    defaults: request defaults, e.g. {"max_tokens": 512, "temperature": 0.7, "speculative": False}."""
+
+    def __init__(self, session: Session, model_id: str, *, chat_template: str | None = None,
+                 defaults: dict[str, Any] | None = None) -> None:
+        self.session, self.model_id, self.chat_template = session, model_id, chat_template
+        self.defaults = dict(defaults or {})
+        # Fixed per server (one model, one template): computed once, off the request path.
+        self.chat_stops = end_marker_stops(session.model, chat_template)
+
+    def completion(self, req: CompletionRequest) -> Job:
+        return self.job(req, self.completion_prompt(req))
+
+    def chat(self, req: ChatCompletionRequest) -> Job:
+        return self.job(req, self.chat_prompt(req), self.chat_stops)
+
+    def job(self, req: CommonRequest, prompt: Callable[[], list[int]], extra_stop: tuple[str, ...] = ()) -> Job:
+        """The Job of req (shared fields) with prompt; extra_stop is added to the request's stops."""
+        if (req.n or 1) != 1:
+            raise bad_request("only n=1 is supported", "n")
+        if req.logprobs not in (None, False, 0) or req.top_logprobs:
+            raise bad_request("logprobs are not supported", "logprobs")
+        if req.logit_bias:
+            raise bad_request("logit_bias is not supported", "logit_bias")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(req, name):
+                raise bad_request(f"{name} is not supported (use repetition_penalty)", name)
+        stops = merge_stops(req.stop, extra_stop)
+        if any(s == "" for s in stops):
+            raise bad_request("stop strings must not be empty", "stop")
+
+        def pick(name: str, fallback):
+            v = getattr(req, name, None)
+            return v if v is not None else self.defaults.get(name, fallback)
+
+        speculative = pick("speculative", True)
+        if speculative and not self.session.model.mtp_loaded:
+            if req.speculative:
+                raise bad_request(f"{self.model_id} has no MTP blocks: it cannot draft (send speculative=false)",
+                                  "speculative")
+            speculative = False
+        try:
+            sampling = SamplingConfig(temperature=pick("temperature", 0.0), top_k=pick("top_k", 0),
+                                      top_p=pick("top_p", 1.0), min_p=pick("min_p", 0.0),
+                                      repetition_penalty=pick("repetition_penalty", 1.0), seed=req.seed)
+            limits = GenerationConfig(max_tokens=req.token_limit() or self.defaults.get("max_tokens",
+                                                                                         DEFAULT_MAX_TOKENS),
+                                      stop=tuple(stops), ignore_eos=pick("ignore_eos", False))
+            spec = None
+            if speculative:
+                n_draft = pick("n_draft", None)
+                spec = SpecConfig(n_draft=n_draft) if n_draft is not None else SpecConfig()
+        except ValidationError as e:
+            raise validation_error(e.errors()) from None
+        return Job(prompt, sampling, spec, limits)
+
+    def completion_prompt(self, req: CompletionRequest) -> Callable[[], list[int]]:
+        """The prompt's tokens, made later (in the worker): one text, or one list of token ids."""
+        if req.echo:
+            raise bad_request("echo is not supported", "echo")
+        if req.suffix:
+            raise bad_request("suffix is not supported", "suffix")
+        if (req.best_of or 1) != 1:
+            raise bad_request("only best_of=1 is supported", "best_of")
+        p = req.prompt
+        if isinstance(p, list):
+            if len(p) == 0:
+                raise bad_request("the prompt is empty", "prompt")
+            if isinstance(p[0], (list, str)):
+                if len(p) != 1:
+                    raise bad_request("one prompt per request (batches are not supported)", "prompt")
+                p = p[0]
+        model = self.session.model
+        if isinstance(p, str):
+            if not p:
+                raise bad_request("the prompt is empty", "prompt")
+            text = p
+            return lambda: model.tokenize(text, add_special=True)
+        tokens = [int(t) for t in p]
+        if not tokens:
+            raise bad_request("the prompt is empty", "prompt")
+        bad = [t for t in tokens if not 0 <= t < model.n_vocab]
+        if bad:
+            raise bad_request(f"token id {bad[0]} is out of the vocabulary (0..{model.n_vocab - 1})", "prompt")
+        return lambda: tokens
+
+    def chat_prompt(self, req: ChatCompletionRequest) -> Callable[[], list[int]]:
+        """The templated conversation's tokens, made later (in the worker)."""
+        if req.tools and req.tool_choice != "none":
+            raise bad_request("tools (function calling) are not supported", "tools")
+        if req.response_format and req.response_format.get("type", "text") != "text":
+            raise bad_request("only response_format {'type': 'text'} is supported", "response_format")
+        try:
+            messages = normalize_messages([m.model_dump() for m in req.messages])
+        except ValueError as e:
+            raise bad_request(str(e), "messages") from None
+        model = self.session.model
+        try:
+            text = chat_prompt(model, messages, template=self.chat_template)
+        except UnsupportedError as e:
+            raise bad_request(f"{e} (start the server with --template NAME, e.g. chatml)", "messages",
+                              "chat_template_missing") from None
+        except PymtpError as e:
+            raise bad_request(f"the chat template could not be applied: {e}", "messages") from None
+        return lambda: chat_prompt_tokens(model, text)

@@ -1,0 +1,97 @@
+"""The runner: one generation at a time on the server's Session, each in a worker thread.
+
+The event loop stays responsive while a generation runs; requests queue on an
+asyncio lock that the worker thread releases only when its generation has really
+ended, so a client that disconnects mid-stream cannot make two generations
+overlap on the session's contexts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable
+
+from ..config import GenerationConfig, SamplingConfig, SpecConfig
+from ..generate import TextStream
+from ..session import Session
+from ..stats import GenerationResult
+
+__all__ = ["Job", "Runner"]
+
+
+@dataclass
+class Job:
+    """What one request asks for, resolved and validated (cheap checks, on the event loop).
+
+    prompt is called in the worker thread: tokenizing a long prompt does not block the loop."""
+
+    prompt: Callable[[], list[int]]
+    sampling: SamplingConfig
+    spec: SpecConfig | None           # None: plain decoding
+    limits: GenerationConfig
+
+    @property
+    def speculative(self) -> bool:
+        return self.spec is not None
+
+
+class Runner:
+    """Serializes generations on a Session; each runs in its own worker thread."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.lock = asyncio.Lock()
+
+    async def run(self, job: Job) -> GenerationResult:
+        """Run job to its end; its result (or its exception, raised here)."""
+        last: tuple[str, object] = ("error", RuntimeError("the generation ended without a result"))
+        async for last in self.stream(job):   # runs to the end: the last item is the outcome
+            pass
+        kind, value = last
+        if kind == "error":
+            raise value
+        return value
+
+    async def stream(self, job: Job) -> AsyncIterator[tuple[str, object]]:
+        """("piece", str) ... then ("done", GenerationResult) or ("error", exception).
+
+        Closing the iterator early stops the generation after its current step."""
+        loop = asyncio.get_running_loop()
+        await self.lock.acquire()
+        queue: asyncio.Queue = asyncio.Queue()
+        cancel = threading.Event()
+
+        def put(item) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def work() -> None:
+            s = None
+            try:
+                s = TextStream(self.session, job.prompt(), job.sampling, job.spec, job.limits)
+                for piece in s:
+                    if cancel.is_set():
+                        break
+                    put(("piece", piece))
+                else:
+                    put(("done", s.result))
+            except BaseException as e:  # noqa: BLE001 - handed to the event loop
+                put(("error", e))
+            finally:
+                if s is not None:
+                    try:
+                        s.close()
+                    except Exception:  # pragma: no cover
+                        pass
+                loop.call_soon_threadsafe(self.lock.release)
+
+        threading.Thread(target=work, name="pymtp-generate", daemon=True).start()
+        try:
+            while True:
+                item = await queue.get()
+                yield item
+                if item[0] != "piece":
+                    return
+        finally:
+            cancel.set()
