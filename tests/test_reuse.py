@@ -129,3 +129,28 @@ def test_chat_turns_prefill_only_the_new_messages(gguf):
         r2 = pymtp.chat(msgs, s, template=CHATML, max_tokens=6, ignore_eos=True)
         assert r2.stats.n_reused >= len(r1.prompt_tokens) - 1
         assert r2.stats.n_reused < len(r2.prompt_tokens)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/statm"), reason="RSS read from /proc")
+def test_memory_stays_bounded_over_1000_alternating_conversations(gguf):
+    with pymtp.load(gguf("glm4moe"), n_ctx=256, n_threads=1) as s:
+        _alternate_1000(s)
+
+
+def _alternate_1000(s):
+    system = "# Helpers for the parser module, shared by both conversations\n"
+    convs = [s.tokenize(system + "def add(a, b):"), s.tokenize(system + "class Stack:")]
+    for i in range(50):                                   # warm up allocators and caches
+        pymtp.generate(convs[i % 2], s, max_tokens=2)
+    before = _rss_mb()
+    for i in range(1000):
+        r = pymtp.generate(convs[i % 2], s, max_tokens=2)
+        assert r.stats.n_reused > 0
+    growth = _rss_mb() - before
+    print(f"RSS growth over 1000 alternating conversations: {growth:.1f} MB")
+    assert growth < 16, f"RSS grew {growth:.1f} MB"

@@ -28,7 +28,7 @@ def load(path: str | os.PathLike | None = None, *, mtp: bool = True, n_ctx: int 
     in the cache); "tiny" for the small bundled code model (no download).
 
     n_ctx: context length of the contexts generate() makes (default: the
-    model's training context, at most 4096)."""
+    model's training context, bounded by a 2 GiB KV budget: pymtp.session)."""
     return Session(path, mtp=mtp, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
 
 

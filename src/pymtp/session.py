@@ -11,6 +11,8 @@ A Session also answers the model's own questions (``tokenize``, ``n_vocab``,
 from __future__ import annotations
 
 import os
+import re
+from collections import OrderedDict
 from pathlib import Path
 
 from . import default_model
@@ -20,7 +22,33 @@ from .model import DraftContext, Model, TargetContext
 from .rollback import n_rs_seq_for
 from .speculator import MTPSpeculator
 
-DEFAULT_N_CTX = 4096
+#: Memory the default context may spend on its KV cache (F16 keys and values); the default
+#: n_ctx is the model's training context, cut down to what fits ($PYMTP_KV_BUDGET_MB overrides).
+KV_BUDGET_BYTES = 2 << 30
+
+
+def kv_bytes_per_position(model: Model) -> int:
+    """F16 KV bytes one position costs in the target context, from the GGUF's facts (an upper
+    bound: recurrent layers of hybrids and MLA's compressed cache cost less)."""
+    arch = model.architecture
+
+    def ints(key: str) -> list[int]:
+        return [int(x) for x in re.findall(r"\d+", model.meta(f"{arch}.{key}") or "")]
+
+    n_head = (ints("attention.head_count") or [1])[0] or 1
+    n_head_kv = ints("attention.head_count_kv") or [n_head]
+    heads = sum(n_head_kv) if len(n_head_kv) > 1 else n_head_kv[0] * model.n_layer
+    k_len = (ints("attention.key_length") or [model.n_embd // n_head])[0]
+    v_len = (ints("attention.value_length") or [k_len])[0]
+    return max(1, heads * (k_len + v_len) * 2)
+
+
+def default_n_ctx(model: Model) -> int:
+    """The model's training context, bounded by the KV memory budget (multiples of 256)."""
+    budget = int(os.environ.get("PYMTP_KV_BUDGET_MB", 0)) << 20 or KV_BUDGET_BYTES
+    train = model.n_ctx_train or 4096
+    fits = budget // kv_bytes_per_position(model) // 256 * 256
+    return max(min(train, 256), min(train, fits))
 
 
 class Session:
@@ -28,7 +56,8 @@ class Session:
 
     model: a loaded Model (the session borrows it) or a GGUF path / model name as
     ``pymtp.load`` takes (the session loads it and closes it with itself).
-    n_ctx: context length (default: the model's training context, at most 4096).
+    n_ctx: context length (default: the model's training context, as far as its KV cache fits
+    in KV_BUDGET_BYTES, 2 GiB).
     n_threads: CPU threads for decoding (default: llama.cpp's choice).
     """
 
@@ -43,7 +72,7 @@ class Session:
             model = Model(default_model.resolve(model), mtp=mtp, n_gpu_layers=n_gpu_layers)
         self.model: Model = model
         self.lock = model.lock
-        self.n_ctx = n_ctx or min(model.n_ctx_train or DEFAULT_N_CTX, DEFAULT_N_CTX)
+        self.n_ctx = n_ctx or default_n_ctx(model)
         self.n_threads = n_threads
         self.generation = 0            # bumped by every new generation: paused streams notice
         self._target: TargetContext | None = None
@@ -148,21 +177,40 @@ class Session:
 def as_session(model: Session | Model | str | Path | None) -> tuple[Session, bool]:
     """The session to generate with, and whether the caller made it (and closes it after).
 
-    A Session is used as is; a Model gets a session of its own for this call; a
-    path or name is loaded; None is the default model's shared session."""
+    A Session is used as is; a Model gets a session of its own for this call; a path or
+    name is loaded once and kept (the last PATH_CACHE_SIZE of them); None is the default
+    model's shared session."""
     if isinstance(model, Session):
         return model, False
-    if model is None:
-        return default_session(), False
-    return Session(model), True
+    if isinstance(model, Model):
+        return Session(model), True
+    return session_for_path(model), False
 
 
-_default: Session | None = None
+#: Sessions of models given by path or name, most recent last. One that falls out is
+#: only dropped: it is freed once no stream still holds it.
+PATH_CACHE_SIZE = 2
+_by_path: OrderedDict[tuple, Session] = OrderedDict()
+
+
+def session_for_path(path: str | os.PathLike | None) -> Session:
+    """The shared session of a GGUF path or model name (None: the default model), loaded on
+    first use; a file changed on disk since is loaded again."""
+    file = default_model.resolve(path)
+    try:
+        st = file.stat()
+        key = (str(file.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        return Session(file)            # Session raises the clear "not found" error
+    s = _by_path.get(key)
+    if s is None or s.closed:
+        s = _by_path[key] = Session(file)
+        while len(_by_path) > PATH_CACHE_SIZE:
+            _by_path.popitem(last=False)
+    _by_path.move_to_end(key)
+    return s
 
 
 def default_session() -> Session:
     """The shared session of the default model, loaded on first use."""
-    global _default
-    if _default is None or _default.closed:
-        _default = Session(None)
-    return _default
+    return session_for_path(None)
