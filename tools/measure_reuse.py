@@ -1,0 +1,99 @@
+"""Time to first token of a chat's next turn, with the cache reused vs a full prefill.
+
+    python tools/measure_reuse.py [--model default] [--tokens 2000] [--repeats 5] [--threads 2]
+                                  [--out build/reuse.json]
+
+A conversation of about --tokens tokens is built from held-out standard-library files
+(user turns) and the model's own replies (assistant turns), with the model's chat template.
+Then, --repeats times, interleaved:
+
+* reuse: a Session that just generated turn N's reply gets turn N+1 (the history, the reply
+  and one new user message); time until the first text piece of the reply;
+* full: a Session whose cache holds nothing of it gets the same prompt (its cache is
+  voided first by a short unrelated prompt), same measurement.
+
+Prints the medians, their ratio and the positions each path decoded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import pymtp
+from pymtp.train import data
+
+
+def conversation(session: pymtp.Session, n_tokens: int) -> list[dict]:
+    """User turns from held-out code files, assistant turns written by the model, until the
+    templated conversation holds about n_tokens tokens."""
+    _, heldout = data.split_files()
+    texts = [t[:1500] for t in (data.read_text(f) for f in heldout[:60]) if t]
+    msgs = [{"role": "system", "content": "You are a careful code reviewer."}]
+    for text in texts:
+        msgs.append({"role": "user", "content": "Review this code:\n" + text})
+        reply = pymtp.chat(msgs, session, max_tokens=48, ignore_eos=True)
+        msgs.append({"role": "assistant", "content": reply.text})
+        if len(session.tokenize(session.apply_chat_template(msgs), parse_special=True)) >= n_tokens:
+            break
+    return msgs
+
+
+def first_token_seconds(session: pymtp.Session, msgs: list[dict]) -> tuple[float, pymtp.TextStream]:
+    t0 = time.perf_counter()
+    s = pymtp.chat_stream(msgs, session, max_tokens=2, ignore_eos=True)
+    next(iter(s))
+    dt = time.perf_counter() - t0
+    for _ in s:
+        pass
+    return dt, s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--tokens", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--out", type=Path, default=Path("build/reuse.json"))
+    args = ap.parse_args()
+
+    reuse = pymtp.load(args.model, n_threads=args.threads, n_ctx=4096)
+    full = pymtp.Session(reuse.model, n_threads=args.threads, n_ctx=4096)
+    msgs = conversation(reuse, args.tokens)
+    history, last_user = msgs[:-2], msgs[-2]
+    turn_n = history + [last_user]
+    rows = []
+    for r in range(args.repeats):
+        # reuse: generate turn N's reply on `reuse`, then ask turn N+1
+        reply = pymtp.chat(turn_n, reuse, max_tokens=24, ignore_eos=True)
+        nxt = turn_n + [{"role": "assistant", "content": reply.text},
+                        {"role": "user", "content": f"And what would you change first? ({r})"}]
+        t_reuse, s_reuse = first_token_seconds(reuse, nxt)
+        pymtp.generate("unrelated", full, max_tokens=1)      # full: nothing of it cached
+        t_full, s_full = first_token_seconds(full, nxt)
+        st_r, st_f = s_reuse.result.stats, s_full.result.stats
+        rows.append({"t_reuse": t_reuse, "t_full": t_full, "n_prompt": st_r.n_prompt,
+                     "decoded_reuse": st_r.n_prompt - 1 - st_r.n_reused,
+                     "decoded_full": st_f.n_prompt - 1 - st_f.n_reused})
+        print(f"repeat {r}: prompt {st_r.n_prompt} tokens; first token after {t_reuse * 1e3:.1f} ms "
+              f"(reuse, {rows[-1]['decoded_reuse']} decoded) vs {t_full * 1e3:.1f} ms "
+              f"(full, {rows[-1]['decoded_full']} decoded)", flush=True)
+    med_r = statistics.median(r["t_reuse"] for r in rows)
+    med_f = statistics.median(r["t_full"] for r in rows)
+    summary = {"model": str(reuse.model.path), "system": pymtp.system_info(), "threads": args.threads,
+               "n_prompt_median": statistics.median(r["n_prompt"] for r in rows),
+               "ttft_reuse_ms": med_r * 1e3, "ttft_full_ms": med_f * 1e3, "ratio": med_r / med_f, "rows": rows}
+    print(f"median time to first token: reuse {med_r * 1e3:.1f} ms, full prefill {med_f * 1e3:.1f} ms, "
+          f"ratio {med_r / med_f:.3f}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=1))
+    full.close()
+    reuse.close()
+
+
+if __name__ == "__main__":
+    main()
