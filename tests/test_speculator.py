@@ -154,11 +154,21 @@ def test_policy_cooldown_and_fixed_length():
     assert fixed.next_length() == 2      # capped by the model (chained heads)
 
 
-def test_chained_heads_cap_the_draft(models):
-    model = models("step35")
+@pytest.mark.parametrize("family", ["step35", "mimo2"])
+def test_chained_heads_cap_the_draft(models, family):
+    """Chained heads draft one token per head: asked for 8, a step drafts exactly the head count
+    (fixed length, no confidence stop, no cooldown), never more, and drafts are accepted."""
+    model = models(family)
+    n_heads = model.n_mtp_layers
+    assert n_heads == 3
     r = pymtp.generate("x = 1", model, max_tokens=30, speculative=SpecConfig(n_draft=8, adaptive=False),
                        ignore_eos=True)
-    assert len(r.stats.drafted_at) <= model.n_mtp_layers
+    s = r.stats
+    # drafted_at[i]: steps that drafted at least i + 1 tokens
+    assert len(s.drafted_at) == n_heads
+    # every step drafts in full but the last few, which max_tokens cuts short
+    assert s.drafted_at[-1] >= s.n_steps - 3 and s.drafted_at[-1] >= 5
+    assert s.n_accepted > 0
 
 
 def test_greedy_speculation_is_lossless_on_the_tiny_model(same_greedy):
