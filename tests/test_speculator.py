@@ -1,4 +1,4 @@
-"""MTPSpeculator: lossless greedy speculation, stats, policy, step API."""
+"""MTPSpeculator: lossless greedy speculation, stats, the step API, chained heads."""
 
 from __future__ import annotations
 
@@ -112,46 +112,7 @@ def test_step_by_step_api(models, same_greedy):
 
 
 # Stochastic speculation (same distribution as plain sampling): tests/test_distribution.py.
-# The sampler's rules: tests/test_sampling.py.
-
-
-# ---- policy ----------------------------------------------------------------------------------
-
-
-def test_policy_adapts_to_acceptance_and_costs():
-    from pymtp.drafter import DraftPolicy
-    cfg = SpecConfig(n_draft=4, adaptive=True, adaptive_window=8)
-    # verify cost grows 10% per token, a draft token costs 2% of a verify: long drafts pay
-    p = DraftPolicy(cfg, 4)
-    for _ in range(20):
-        p.update(4, 4, 0.02 * 4, 1.0 + 0.1 * 4)
-    assert p.next_length() == 4
-    for _ in range(20):                  # nothing accepted any more: draft the minimum
-        k = p.next_length()
-        p.update(k, 0, 0.02 * k, 1.0 + 0.1 * k)
-    assert p.next_length() == 1
-    # accepted often, but a draft token costs as much as a verify: short drafts
-    q = DraftPolicy(cfg, 4)
-    for k in (1, 2, 3, 4) * 5:
-        q.update(k, min(k, 1), 1.0 * k, 1.0 + 0.1 * k)
-    assert q.next_length() == 1
-    # rates per position: token 0 always accepted, token 1 never
-    r = DraftPolicy(cfg, 4)
-    for _ in range(20):
-        r.update(3, 1, 0.01 * 3, 1.0 + 0.05 * 3)
-    assert r.next_length() == 1 and r.last_rates[0] > 0.9 and r.last_rates[1] < 0.2
-
-
-def test_policy_cooldown_and_fixed_length():
-    from pymtp.drafter import DraftPolicy
-    p = DraftPolicy(SpecConfig(n_draft=4, adaptive=False, cooldown=4, cooldown_steps=2), 4)
-    assert p.next_length() == 4
-    p.update(4, 0, 0.1, 1.0)             # a full rejection: cooldown for 2 steps
-    assert p.next_length() == 0 and p.next_length() == 0
-    assert p.next_length() == 4
-    assert p.cooldown_steps_taken == 2
-    fixed = DraftPolicy(SpecConfig(n_draft=3, adaptive=False), 2)
-    assert fixed.next_length() == 2      # capped by the model (chained heads)
+# The sampler's rules: tests/test_sampling.py. DraftPolicy: tests/test_drafter.py.
 
 
 @pytest.mark.parametrize("family", ["step35", "mimo2"])
