@@ -702,8 +702,15 @@ def test_greedy_output_survives_context_reuse(load, fresh, family):
                 assert pymtp.generate(p, m, speculative=spec, **kw).tokens == want[p], (rnd, p, spec)
 
 
-def test_seeded_sampling_is_repeatable(load):
+@pytest.mark.parametrize("speculative", [True, False])
+def test_seeded_sampling_is_repeatable(load, speculative):
+    """A seed gives the same tokens every time; and the temperature is honoured: other seeds give
+    other tokens, none of them the greedy text."""
     m = load()
-    kw = dict(max_tokens=16, ignore_eos=True, temperature=0.9, top_k=40, seed=1234)
-    outs = {tuple(pymtp.generate("Hello", m, **kw).tokens) for _ in range(10)}
+    kw = dict(max_tokens=16, ignore_eos=True, temperature=0.9, top_k=40, speculative=speculative)
+    outs = {tuple(pymtp.generate("Hello", m, seed=1234, **kw).tokens) for _ in range(10)}
     assert len(outs) == 1
+    others = {tuple(pymtp.generate("Hello", m, seed=seed, **kw).tokens) for seed in range(8)}
+    assert len(others | outs) >= 8
+    greedy = tuple(pymtp.generate("Hello", m, max_tokens=16, ignore_eos=True, speculative=speculative).tokens)
+    assert greedy not in others | outs

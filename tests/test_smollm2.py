@@ -181,7 +181,7 @@ def test_speculative_sampling_keeps_the_distribution_on_the_default(default):
     """Chi-square (p > 1e-3) of each position's token marginal, speculative (draft 2) against
     plain sampling at T=1, top-k 6, on the real 49,152-token vocabulary; the rule that accepts
     every draft is rejected by the same test."""
-    from test_speculator import P_THRESHOLD, _always_accept, _chi2_pvalue, _marginals, _sample_continuations
+    from test_distribution import P_THRESHOLD, _always_accept, _chi2_pvalue, _marginals, _sample_continuations
 
     cfg = pymtp.SpecConfig(n_draft=2, adaptive=False)
     plain = _sample_continuations(default, None, n=500, seed=1)
