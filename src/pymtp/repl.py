@@ -130,8 +130,8 @@ class ChatRepl:
         elif name == "/stats":
             self.say(self.stats_text())
         else:
-            self.say(f"unknown command {name} (not sent to the model): /help lists the commands; "
-                     "start the line with // to send it as a message")
+            self.say(f"unknown command {name} (not sent to the model); /help lists the commands, "
+                     "// starts a message with /")
         return True
 
     def stats_text(self) -> str:
