@@ -175,8 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_args(g)
 
     c = sub.add_parser("chat", formatter_class=fmt, help="interactive chat using the model's chat template",
-                       description="An interactive chat. Commands: /reset (forget the conversation), "
-                                   "/stats (toggle the stats line), /exit (or Ctrl-D). Ctrl-C stops a reply.",
+                       description="An interactive chat. Commands: /help, /reset (forget the conversation, "
+                                   "keep the system prompt), /stats (the last reply's stats), /exit (or Ctrl-D, "
+                                   "or Ctrl-C twice at the prompt). Ctrl-C stops a reply. When the conversation "
+                                   "outgrows the context, the oldest turns are dropped.",
                        epilog="examples:\n  pymtp chat -m model.gguf\n"
                               "  pymtp chat -m base.gguf --template chatml --system 'Be brief.'\n")
     c.add_argument("--template", metavar="NAME",
@@ -378,52 +380,14 @@ def _check_template(model, template: str | None) -> None:
 
 
 def cmd_chat(args) -> int:
-    from .chat import chat_stream
+    from .repl import ChatRepl
     session = _load(args)
-    model = session.model
     try:
-        _check_template(model, args.template)
-        kw = _gen_kwargs(args, model)
-        history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
-        show_stats = args.stats
-        interactive = sys.stdin is not None and sys.stdin.isatty()
-        if interactive:
-            try:
-                import readline  # noqa: F401  (line editing and history for input())
-            except ImportError:  # pragma: no cover
-                pass
-            print(f"pymtp chat with {model.path.name} ({model.architecture}"
-                  f"{', MTP drafting' if kw['speculative'] is not False else ''}). "
-                  "/reset, /stats, /exit or Ctrl-D to quit.", file=sys.stderr)
-        while True:
-            try:
-                line = input("> " if interactive else "")
-            except EOFError:
-                if interactive:
-                    print(file=sys.stderr)
-                return EXIT_OK
-            except KeyboardInterrupt:
-                print(file=sys.stderr)
-                return EXIT_INTERRUPTED
-            text = line.strip()
-            if not text:
-                continue
-            if text in ("/exit", "/quit", "/q"):
-                return EXIT_OK
-            if text == "/reset":
-                history = history[:1] if args.system else []
-                print("(conversation cleared)", file=sys.stderr)
-                continue
-            if text == "/stats":
-                show_stats = not show_stats
-                print(f"(stats {'on' if show_stats else 'off'})", file=sys.stderr)
-                continue
-            history.append({"role": "user", "content": line})
-            s = chat_stream(history, session, template=args.template, **kw)
-            reply, done = _echo(s, stats=show_stats and not args.quiet)
-            if not done:
-                print("(reply interrupted)", file=sys.stderr)
-            history.append({"role": "assistant", "content": reply})
+        _check_template(session.model, args.template)
+        repl = ChatRepl(session, _gen_kwargs(args, session.model), template=args.template, system=args.system,
+                        show_stats=args.stats, quiet=args.quiet,
+                        interactive=sys.stdin is not None and sys.stdin.isatty())
+        return repl.run()
     finally:
         session.close()
 
