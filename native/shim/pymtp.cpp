@@ -682,8 +682,9 @@ int pymtp_seq_rm(pymtp_ctx * c, int32_t seq_id, int32_t p0, int32_t p1) {
     const bool partial = p0 > 0 && p0 <= pmax && (p1 < 0 || p1 > pmax);
     const bool recurrent = llama_model_is_recurrent(c->model->model) || llama_model_is_hybrid(c->model->model);
     if (partial && recurrent && !c->is_draft) {   // an MTP head's own memory is plain KV
-        // llama.cpp keeps recurrent snapshots for the tokens of the last decode only: the state
-        // before that decode is not among them, and a deeper rollback would restore garbage.
+        // A safety guard, not a rollback strategy (Python chooses that): llama.cpp keeps recurrent
+        // snapshots for the tokens of the last decode only, the state before that decode is not
+        // among them, and a deeper rollback would restore garbage.
         const int32_t depth = pmax - p0 + 1;
         if (depth >= c->last_batch) {
             return fail(PYMTP_ERR_UNSUPPORTED,
