@@ -4,7 +4,11 @@
  * Mechanisms only, no policy: load a model, make a target context and an MTP
  * draft context bound to it, decode batches, read logits and hidden ("nextn")
  * rows in place, cut and copy sequences, checkpoint recurrent state.
- * The speculative loop, sampling and heuristics live in Python.
+ * The speculative loop, sampling, heuristics and the choice of rollback live in
+ * Python. Where a call takes a threshold (pymtp_draft_greedy's p_min), Python
+ * chooses its value and C only applies it; where C refuses a call (pymtp_seq_rm
+ * on recurrent state), it is a safety guard against what llama.cpp cannot do,
+ * not a choice made for the caller.
  *
  * Conventions
  * - Every fallible call returns an int status: PYMTP_OK (0) or a negative
@@ -183,11 +187,13 @@ int  pymtp_rows_argmax(const float * rows, int32_t n_rows, int32_t n_cols,
 
 /* Greedy draft recursion, one call for a whole draft. The draft context's last
  * decode must have output its last row (the head's prediction of the next token).
- * Repeats up to n_max times: take the argmax of that row (stop when its softmax
- * probability is below p_min), then, unless n_max is reached, decode that token at
- * pos, pos+1, ... paired with the head's own hidden row. Writes the tokens and their
- * probabilities; returns how many were drafted. The caller removes positions >= pos
- * from the draft KV afterwards (they hold the head's rows, not the target's). */
+ * Repeats up to n_max times: take the argmax of that row, stop if its softmax
+ * probability is below p_min, else keep it and, unless n_max is reached, decode
+ * it at pos, pos+1, ... paired with the head's own hidden row. p_min and n_max are
+ * the caller's choice (Python's draft policy; p_min = 0 never stops early): this
+ * call only applies them. Writes the tokens and their probabilities; returns how
+ * many were drafted. The caller removes positions >= pos from the draft KV
+ * afterwards (they hold the head's rows, not the target's). */
 int  pymtp_draft_greedy(pymtp_ctx * draft, int32_t pos, int32_t n_max, float p_min,
                         int32_t * out_tokens, float * out_probs);
 
@@ -195,7 +201,13 @@ int  pymtp_draft_greedy(pymtp_ctx * draft, int32_t pos, int32_t n_max, float p_m
 
 /* Removes positions [p0, p1) of seq_id (p1 < 0: to the end). On hybrid models a
  * partial removal needs n_rs_seq snapshots or a checkpoint: without them it
- * returns PYMTP_ERR_UNSUPPORTED and the memory is unchanged. */
+ * returns PYMTP_ERR_UNSUPPORTED and the memory is unchanged.
+ * On a recurrent or hybrid target, a removal that reaches back as far as the start
+ * of the last decode is refused the same way: llama.cpp's snapshots cover only
+ * the tokens of that decode, and restoring an older state would yield garbage.
+ * This depth check is a safety guard, not a rollback strategy: the Python side
+ * chooses the rollback (a KV trim, n_rs_seq snapshots, or a checkpoint restore
+ * plus re-decode) and calls this only where llama.cpp can do it. */
 int  pymtp_seq_rm(pymtp_ctx * ctx, int32_t seq_id, int32_t p0, int32_t p1);
 int  pymtp_seq_cp(pymtp_ctx * ctx, int32_t src, int32_t dst, int32_t p0, int32_t p1);
 /* Largest position held for seq_id, -1 when empty. */

@@ -45,6 +45,27 @@ def last_row_only(n: int) -> np.ndarray:
     return out
 
 
+def _grow_until_fits(call, size: int, ctype: str = "char[]"):
+    """Run ``call(buf, size, needed)`` with a fresh ``ctype`` buffer of ``size`` items; when the
+    shim answers PYMTP_ERR_NOSPACE (it then stores the size it needs in ``needed[0]``), run it
+    once more with a buffer that large. Returns the buffer and the checked count."""
+    needed = ffi.new("int32_t *")
+    for _ in range(2):
+        buf = ffi.new(ctype, size)
+        rc = call(buf, size, needed)
+        if rc != lib.PYMTP_ERR_NOSPACE:
+            return buf, check(rc)
+        size = needed[0]
+    raise AssertionError("unreachable")
+
+
+def _new_handle(ctype: str, create, *args):
+    """A native handle: ``create(*args, out)`` fills the ``ctype`` out-pointer; errors raise."""
+    out = ffi.new(ctype)
+    check(create(*args, out))
+    return out[0]
+
+
 class Model:
     """A GGUF model loaded by llama.cpp (weights only; contexts hold the state).
 
@@ -59,9 +80,8 @@ class Model:
             raise ModelLoadError(f"model file not found: {self.path}")
         if not isinstance(n_gpu_layers, int):
             raise TypeError("n_gpu_layers must be an int (-1 = all)")
-        out = ffi.new("pymtp_model **")
-        check(lib.pymtp_model_load(os.fsencode(self.path), int(bool(mtp)), n_gpu_layers, out))
-        self._h = out[0]
+        self._h = _new_handle("pymtp_model **", lib.pymtp_model_load, os.fsencode(self.path), int(bool(mtp)),
+                              n_gpu_layers)
         self.lock = threading.RLock()
         self._contexts: weakref.WeakSet[_Context] = weakref.WeakSet()
         info = ffi.new("pymtp_model_info *")
@@ -126,34 +146,23 @@ class Model:
 
     def tokenize(self, text: str | bytes, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
-        n_max = len(data) + 8
-        needed = ffi.new("int32_t *")
         with self.lock:
             h = self._handle()
-            for _ in range(2):
-                out = ffi.new("int32_t[]", n_max)
-                rc = lib.pymtp_tokenize(h, data, len(data), add_special, parse_special, out, n_max, needed)
-                if rc == lib.PYMTP_ERR_NOSPACE:
-                    n_max = needed[0]
-                    continue
-                n = check(rc)
-                return list(out[0:n])
-        raise AssertionError("unreachable")
+            out, n = _grow_until_fits(
+                lambda buf, size, needed: lib.pymtp_tokenize(h, data, len(data), add_special, parse_special,
+                                                             buf, size, needed),
+                len(data) + 8, "int32_t[]")
+            return list(out[0:n])
 
     def detokenize_bytes(self, tokens: Sequence[int], *, render_special: bool = False) -> bytes:
         arr = _as_tokens(tokens)
-        size = max(64, 8 * len(arr))
-        needed = ffi.new("int32_t *")
         with self.lock:
             h = self._handle()
-            for _ in range(2):
-                buf = ffi.new("char[]", size)
-                rc = lib.pymtp_detokenize(h, ffi.from_buffer("int32_t[]", arr), len(arr), render_special, buf, size, needed)
-                if rc == lib.PYMTP_ERR_NOSPACE:
-                    size = needed[0]
-                    continue
-                return ffi.unpack(buf, check(rc))
-        raise AssertionError("unreachable")
+            buf, n = _grow_until_fits(
+                lambda buf, size, needed: lib.pymtp_detokenize(h, ffi.from_buffer("int32_t[]", arr), len(arr),
+                                                               render_special, buf, size, needed),
+                max(64, 8 * len(arr)))
+            return ffi.unpack(buf, n)
 
     def detokenize(self, tokens: Sequence[int], *, render_special: bool = False) -> str:
         return self.detokenize_bytes(tokens, render_special=render_special).decode("utf-8", "replace")
@@ -198,17 +207,11 @@ class Model:
         except (KeyError, TypeError) as e:
             raise ValueError(f"messages must be dicts with 'role' and 'content': {e}") from None
         role_arr, content_arr = ffi.new("char *[]", roles), ffi.new("char *[]", contents)
-        needed = ffi.new("int32_t *")
-        size = 256 + sum(len(m["content"]) for m in messages) * 2
-        for _ in range(2):
-            buf = ffi.new("char[]", size)
-            rc = lib.pymtp_chat_apply(tmpl.encode(), role_arr, content_arr, len(messages), add_assistant, buf,
-                                      size, needed)
-            if rc == lib.PYMTP_ERR_NOSPACE:
-                size = needed[0]
-                continue
-            return ffi.unpack(buf, check(rc)).decode("utf-8", "replace")
-        raise AssertionError("unreachable")
+        buf, n = _grow_until_fits(
+            lambda buf, size, needed: lib.pymtp_chat_apply(tmpl.encode(), role_arr, content_arr, len(messages),
+                                                           add_assistant, buf, size, needed),
+            256 + sum(len(m["content"]) for m in messages) * 2)
+        return ffi.unpack(buf, n).decode("utf-8", "replace")
 
 
 class _Context:
@@ -344,10 +347,8 @@ class TargetContext(_Context):
         super().__init__(model)
         self._drafts: weakref.WeakSet[DraftContext] = weakref.WeakSet()
         p = self._params(n_ctx, n_batch, n_rs_seq, n_threads, n_seq_max)
-        out = ffi.new("pymtp_ctx **")
         with self.lock:
-            check(lib.pymtp_ctx_create(self.model._handle(), p, out))
-            self._h = out[0]
+            self._h = _new_handle("pymtp_ctx **", lib.pymtp_ctx_create, self.model._handle(), p)
             self._init_info()
 
     def decode(self, tokens, pos0: int, *, seq_id: int = 0, output=None) -> None:
@@ -383,10 +384,8 @@ class DraftContext(_Context):
                 f"{model.n_mtp_layers}): it cannot draft. Run it with speculative=False."
             )
         p = self._params(target.n_ctx, n_batch or target.n_batch, 0, n_threads, 1)
-        out = ffi.new("pymtp_ctx **")
         with self.lock:
-            check(lib.pymtp_draft_create(target._handle(), p, out))
-            self._h = out[0]
+            self._h = _new_handle("pymtp_ctx **", lib.pymtp_draft_create, target._handle(), p)
             self._init_info()
         self.target = target
         target._drafts.add(self)
