@@ -170,24 +170,8 @@ INJECTIONS = {
     "twice": ("sampler", "verify", {3, 4}, lambda failed: len(failed[0][1]) > 0 and len(failed[1][1]) == 0),
 }
 
-#: Bugs in src/ these tests found (see each reason); strict: the marks must go with the fix.
-SNAPSHOTS = ("n_rs_seq snapshots cannot undo a whole verify decode: trim(n_past) raises", UnsupportedError)
-BUGS = {
-    ("qwen35", "verify"): SNAPSHOTS,
-    ("qwen35", "hand-off"): SNAPSHOTS,
-    ("qwen35", "twice"): SNAPSHOTS,
-    ("qwen3next", "twice"): ("a plain step is not marked: CheckpointTrim cannot undo its decode (the target "
-                             "stays one position ahead)", AssertionError),
-    ("qwen3next", "new generation"): ("CheckpointTrim keeps the last generation's mark: a failure before the "
-                                      "first verify restores that old checkpoint (wrong text)", AssertionError),
-}
-
-
 def cases(wheres):
-    return [pytest.param(family, where, marks=pytest.mark.xfail(strict=True, reason=BUGS[family, where][0],
-                                                                raises=BUGS[family, where][1]))
-            if (family, where) in BUGS else pytest.param(family, where)
-            for family in KINDS for where in wheres]
+    return [pytest.param(family, where) for family in KINDS for where in wheres]
 
 
 @pytest.mark.parametrize("family, where", cases(INJECTIONS))

@@ -97,6 +97,7 @@ class MTPSpeculator:
             self.sampling = sampling
         self.sampler = Sampler(self.sampling)
         self.policy = DraftPolicy(self.spec, self.n_max_draft) if self.drafter else None
+        self.rollback = rollback_for(self.target, self.n_max_draft)   # no mark of an earlier text
         self.stats = SpecStats(n_prompt=len(prompt))
         t0 = time.perf_counter()
         keep, why = self.reusable_prefix(prompt)
@@ -117,17 +118,21 @@ class MTPSpeculator:
         self.n_past = p0
         self.stats.n_reused = p0
         self.stats.reuse_miss = why
+        self._prefill(body, p0, hand_off=True)
+        self.n_past = len(body)
+        self.stats.t_prefill = time.perf_counter() - t0
+        self.state = State.READY
+        self._remember_writes()
+
+    def _prefill(self, body: list[int], p0: int, hand_off: bool = False) -> None:
+        """Decode body[p0:] at positions p0.. in batches (and hand the rows to the head)."""
         step = self.target.n_batch
         for c0 in range(p0, len(body), step):
             chunk = body[c0:c0 + step]
             # no logits needed but the last row's: hidden rows come anyway
             self.target.decode(chunk, c0, output=last_row_only(len(chunk)))
-            if self.drafter:
+            if hand_off and self.drafter:
                 self.drafter.observe(chunk, c0, self.target.hidden())
-            self.n_past = c0 + len(chunk)
-        self.stats.t_prefill = time.perf_counter() - t0
-        self.state = State.READY
-        self._remember_writes()
 
     def reusable_prefix(self, prompt: list[int]) -> tuple[int, str]:
         """How many leading positions of the target KV a new prompt can keep, and why not
@@ -177,7 +182,12 @@ class MTPSpeculator:
             # Put the contexts back where the step found them: the target KV holds
             # tokens[:-1] again, and the draft head starts over (it drafts from
             # whatever it is fed next; losing its older context costs acceptance only).
-            self.rollback.trim(n_past)
+            try:
+                self.rollback.trim(n_past)
+            except UnsupportedError:
+                # n_rs_seq snapshots cannot undo a whole decode: rebuild the target from the text
+                self.target.seq_rm(0)
+                self._prefill(self.tokens[:n_past], 0)
             if self.drafter:
                 self.drafter.reset()
             self._remember_writes()
@@ -211,8 +221,7 @@ class MTPSpeculator:
 
         # VERIFY: one target decode of [last, d1..dk]
         batch = [last] + draft.tokens
-        if draft.tokens:
-            self.rollback.mark(n_past, batch)
+        self.rollback.mark(n_past, batch)     # a plain step too: a failure must undo its decode
         self.target.decode(batch, n_past)
         logits = self.target.logits()
         t2 = time.perf_counter()
