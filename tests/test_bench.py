@@ -8,6 +8,7 @@ import math
 import pytest
 
 from pymtp import bench
+from pymtp.train.data import split_files, stdlib_root
 
 # Tails of real logs (stderr, -lv 4) of llama-speculative-simple --spec-type draft-mtp --spec-draft-n-max 3
 # and llama-completion, built from the pinned tree 0c1e57098bba, on the glm4moe fixture.
@@ -90,7 +91,7 @@ def test_prompts_are_heldout_and_deterministic():
         assert p.text.strip()
         if p.source != "builtin":
             rel = p.source.rsplit(":", 1)[0]
-            assert rel in bench._heldout_files(bench._stdlib_root())
+            assert rel in split_files(stdlib_root())[1]
     for p in code:
         assert p.text.endswith("\n") and len(p.text) <= 700
     for p in prose:
