@@ -8,6 +8,7 @@ import math
 import pytest
 
 from pymtp import bench
+from pymtp.train.data import is_heldout, split_files, stdlib_root
 
 # Tails of real logs (stderr, -lv 4) of llama-speculative-simple --spec-type draft-mtp --spec-draft-n-max 3
 # and llama-completion, built from the pinned tree 0c1e57098bba, on the glm4moe fixture.
@@ -82,19 +83,39 @@ def test_parse_completion_log_and_perf_durations():
     assert bench.parse_llama_output("nothing here") == {}
 
 
+def _prompt_file(rel: str) -> str:
+    return rel.rsplit(":", 1)[0]
+
+
 def test_prompts_are_heldout_and_deterministic():
+    train, held = split_files(stdlib_root())     # the one split definition, asked independently
     code, prose = bench.code_prompts(3), bench.prose_prompts(3)
     assert [p.id for p in code] == ["code0", "code1", "code2"]
     assert code == bench.code_prompts(3) and prose == bench.prose_prompts(3)
     for p in code + prose:
         assert p.text.strip()
-        if p.source != "builtin":
-            rel = p.source.rsplit(":", 1)[0]
-            assert rel in bench._heldout_files(bench._stdlib_root())
+    drawn = [_prompt_file(p.source) for p in code + prose if p.source != "builtin"]
+    assert drawn, "the stdlib is here: the prompts come from it, not from the built-in fallbacks"
+    for rel in drawn:
+        assert rel in held and rel not in train, f"{rel} is not a held-out file"
     for p in code:
         assert p.text.endswith("\n") and len(p.text) <= 700
     for p in prose:
         assert len(p.text) <= 320
+
+
+def test_prompts_come_from_every_heldout_file_and_no_training_file(tmp_path):
+    """A stdlib of files that all qualify as prompts: the bench draws exactly the held-out ones."""
+    doc = " ".join(["This helper reads the value and returns it to the caller unchanged."] * 4)
+    body = "".join(f"    v{k} = x + {k}\n" for k in range(6))
+    names = [f"pkg/mod{i}.py" for i in range(80)]
+    for rel in names:
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_text(f'def f(x):\n    """{doc}"""\n{body}    return x\n')
+    held = [rel for rel in names if is_heldout(rel)]
+    assert 2 <= len(held) < len(names)
+    for prompts in (bench.code_prompts(len(names), root=tmp_path), bench.prose_prompts(len(names), root=tmp_path)):
+        assert sorted(_prompt_file(p.source) for p in prompts) == held
 
 
 def test_llama_commands_use_the_same_settings():

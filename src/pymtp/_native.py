@@ -10,7 +10,10 @@ import logging
 import os
 import platform
 import re
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 import cffi
 
@@ -52,10 +55,59 @@ def _cdef_text(header: Path) -> str:
     return match.group(1)
 
 
+class _Lib:
+    """The cffi library as every module holds it (``from ._native import lib``).
+
+    Each name is looked up in the cffi library once and kept as an instance attribute,
+    so a call costs one attribute lookup, as on the cffi library itself. ``instrument``
+    swaps timed wrappers in for the ``pymtp_*`` functions while it runs."""
+
+    def __init__(self, raw) -> None:
+        self.__dict__["_raw"] = raw
+
+    def __getattr__(self, name: str):
+        value = getattr(self._raw, name)        # AttributeError for a name the header lacks
+        self.__dict__[name] = value
+        return value
+
+    def __dir__(self) -> list[str]:
+        return dir(self._raw)
+
+
 _lib_path = _find(_LIB_NAMES, "PYMTP_LIBRARY")
 _header = Path(os.environ.get("PYMTP_HEADER", _lib_path.with_name("pymtp.h")))
 ffi.cdef(_cdef_text(_header))
-lib = ffi.dlopen(str(_lib_path))
+lib = _Lib(ffi.dlopen(str(_lib_path)))
+
+
+@contextmanager
+def instrument(on_call: Callable[[str, float], None]) -> Iterator[None]:
+    """Within the block, every call into libpymtp (from any module, any thread) also
+    calls ``on_call(name, seconds)`` once it returns or raises. The plain functions are
+    back on exit, also when the block raises. Blocks may nest."""
+    pc = time.perf_counter
+
+    def timed(name: str, f):
+        def call(*args):
+            t = pc()
+            try:
+                return f(*args)
+            finally:
+                on_call(name, pc() - t)
+
+        call.__name__ = call.__qualname__ = name
+        return call
+
+    raw = lib._raw
+    names = [n for n in dir(raw) if n.startswith("pymtp_") and ffi.typeof(getattr(raw, n)).kind == "function"]
+    before = {name: getattr(lib, name) for name in names}
+    try:
+        for name in names:
+            lib.__dict__[name] = timed(name, before[name])
+        yield
+    finally:
+        lib.__dict__.update(before)
+
 
 _ERRORS: dict[int, type[PymtpError]] = {
     lib.PYMTP_ERR_ARG: ValueError,  # type: ignore[dict-item]

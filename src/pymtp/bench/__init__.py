@@ -1,0 +1,54 @@
+"""pymtp bench: tokens/s of pymtp's MTP speculative decoding against plain decoding
+and against llama.cpp's own MTP driver, on the same GGUF.
+
+    pymtp bench                         # deep variant + default model, code and prose prompts
+    pymtp bench --model m.gguf --temps 0 --drafts 1,2,3 --repeats 5 --out bench/out
+    pymtp bench --smoke --out /tmp/b    # seconds: tiny fixture, no llama.cpp tools
+    python -m pymtp.bench ...
+
+What runs, per model, temperature, repeat and prompt, interleaved in this order:
+
+  (a) ``plain``         pymtp, speculative=False
+  (b) ``mtp-K``         pymtp, SpecConfig(n_draft=K, adaptive=False), for each K in --drafts
+      ``mtp-adaptive``  pymtp, the adaptive policy up to the longest K in --drafts
+  (c) ``llama-mtp-K``   llama.cpp's ``llama-speculative-simple --spec-type draft-mtp``
+  (d) ``llama-plain``   llama.cpp's ``llama-completion`` (no speculation)
+
+(c) and (d) are built from the pinned llama.cpp tree pymtp itself is built from,
+into ``$PYMTP_CACHE_DIR/llama-tools`` (default ``~/.cache/pymtp/llama-tools``).
+All runs use the same thread count, context size, n_predict and sampling
+(top-k/top-p/min-p off, no repetition penalty, end-of-generation ignored).
+
+Throughput (``tps``) is generated tokens over decode wall time, prompt excluded:
+for pymtp the wall time of ``generate()`` minus its prefill (so detokenizing and
+streaming are included), for llama-speculative-simple its own "decoded N tokens
+in X seconds" (the whole draft/verify loop), for llama-completion its eval plus
+sampling time. Each summary row is the median over prompts x repeats.
+
+Output: ``bench.json`` (settings, machine, every raw run, the summary and the
+Python-overhead profile), ``bench.png`` (needs matplotlib: ``pip install
+'pymtp[plot]'``) and a table on stdout.
+
+One module per job: ``prompts`` (held-out stdlib code and prose), ``models`` (--model
+values), ``llama_build`` (llama.cpp's tools), ``llama_log`` (their logs), ``runners``
+(one run of a variant), ``overhead`` (Python time per step, through
+``pymtp._native.instrument``), ``report`` (summary, table, plot), ``cli`` (main).
+"""
+
+from .base import N_CTX, SCHEMA, SMOKE_TOKENS, BenchError
+from .cli import build_parser, main
+from .llama_build import LLAMA_TOOLS, cmake_configure_command, ensure_llama_tools, find_llama_source
+from .llama_log import parse_llama_output
+from .models import default_models, resolve_model
+from .overhead import profile_python_overhead
+from .prompts import Prompt, code_prompts, prose_prompts
+from .report import format_table, plot, summarize
+from .runners import Variant, llama_command, make_variants, run_llama, run_pymtp
+
+__all__ = [
+    "main", "build_parser", "parse_llama_output", "code_prompts", "prose_prompts", "Prompt",
+    "ensure_llama_tools", "find_llama_source", "cmake_configure_command", "LLAMA_TOOLS",
+    "resolve_model", "default_models", "Variant", "make_variants", "llama_command", "run_pymtp", "run_llama",
+    "profile_python_overhead", "summarize", "format_table", "plot", "BenchError", "N_CTX", "SCHEMA",
+    "SMOKE_TOKENS",
+]

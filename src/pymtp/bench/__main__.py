@@ -1,0 +1,7 @@
+"""python -m pymtp.bench"""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
