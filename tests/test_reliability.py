@@ -424,7 +424,7 @@ def test_keyboard_interrupt_inside_a_step(monkeypatch, load, fresh, family, part
             calls = _raise_on_call(mp, owner, _STEP_PARTS[part][1], n)
             with pytest.raises(KeyboardInterrupt):
                 pymtp.generate("The quick brown fox", m, **kw)
-            assert calls[0] == n
+            assert calls[0] >= n                # the n-th raised (the cleanup may call it again)
         assert pymtp.generate("The quick brown fox", m, **kw).tokens == want
     assert_healthy(m, fresh, family)
 
@@ -543,13 +543,12 @@ def test_a_generation_landing_between_another_threads_steps(load, fresh, monkeyp
     generate() holds the model's lock for its whole run, so B waits and both get their
     results. (Without that lock, A would raise PymtpError("... interrupted ...") and B would
     still get its result: acceptable, but not what the docs promise.) Other text is never fine."""
-    import importlib
 
-    gen = importlib.import_module("pymtp.generate")
+    from pymtp.session import Session
     m = load()
     kw = dict(max_tokens=30, ignore_eos=True)
     want_a, want_b = fresh("glm4moe", "Hello", **kw), fresh("glm4moe", "1, 2, 3,", **kw)
-    original = gen._piece
+    original = Session.piece
     results: dict = {}
     b_done = threading.Event()
 
@@ -557,14 +556,14 @@ def test_a_generation_landing_between_another_threads_steps(load, fresh, monkeyp
         results["b"] = _safe(lambda _: pymtp.generate("1, 2, 3,", m, **kw).tokens)
         b_done.set()
 
-    def piece(model, tok):
+    def piece(session, tok):
         if threading.current_thread().name == "A" and "started" not in results:
             results["started"] = True
             threading.Thread(target=run_b, name="B").start()
             b_done.wait(1.0)             # B generates now, or waits for A's lock (serialized)
-        return original(model, tok)
+        return original(session, tok)
 
-    monkeypatch.setattr(gen, "_piece", piece)
+    monkeypatch.setattr(Session, "piece", piece)
     a = threading.Thread(target=lambda: results.__setitem__("a", _safe(
         lambda _: pymtp.generate("Hello", m, **kw).tokens)), name="A")
     a.start()

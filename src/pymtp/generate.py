@@ -11,7 +11,7 @@ import os
 from typing import Iterator, Sequence
 
 from .config import GenerationConfig, SamplingConfig, SpecConfig
-from .errors import PymtpError
+from .errors import InvalidHandleError, PymtpError
 from .model import Model
 from .session import Session, as_session
 from .stats import GenerationResult
@@ -108,7 +108,9 @@ class TextStream:
         cut = None
         while finish is None:
             with session.lock:
-                if session.generation != my_generation or session.closed:
+                if session.closed:
+                    raise InvalidHandleError("this stream's session was closed")
+                if session.generation != my_generation:
                     raise PymtpError("this stream was interrupted: another generation ran on the same session")
                 if spec_.room() < 1:
                     finish = "context"

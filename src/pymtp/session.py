@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import default_model
 from .config import SamplingConfig, SpecConfig
-from .errors import UnsupportedError
+from .errors import InvalidHandleError, UnsupportedError
 from .model import DraftContext, Model, TargetContext
 from .rollback import n_rs_seq_for
 from .speculator import MTPSpeculator
@@ -86,8 +86,8 @@ class Session:
 
     def _ensure_contexts(self) -> tuple[TargetContext, DraftContext | None]:
         """The target and draft contexts, made (again, after a close of either) on demand."""
-        if self._closed:
-            raise UnsupportedError("this session is closed")
+        if self.closed:
+            raise InvalidHandleError("this session is closed")
         if self._target is None or self._target.closed or (self._draft is not None and self._draft.closed):
             self._close_contexts()
             self._target = TargetContext(self.model, n_ctx=self.n_ctx, n_batch=512,
