@@ -18,6 +18,7 @@ import time
 from typing import Sequence
 
 from . import __version__
+from .repl import echo_stream
 
 EXIT_OK = 0
 EXIT_ERROR = 1      # loading or generation failed
@@ -292,42 +293,6 @@ def _read_prompt(args) -> str:
     return sys.stdin.read()
 
 
-def _write(text: str) -> None:
-    out = sys.stdout
-    try:
-        out.write(text)
-    except UnicodeEncodeError:
-        enc = getattr(out, "encoding", None) or "utf-8"
-        out.write(text.encode(enc, "replace").decode(enc, "replace"))
-    out.flush()
-
-
-def _echo(stream, *, stats: bool) -> tuple[str, bool]:
-    """Write a stream's pieces to stdout as they come, then end the line.
-
-    Returns the text written and whether the stream ran to its end; Ctrl-C stops
-    it (the stream is closed) and returns False. stats: print the stats line on
-    stderr after a stream that ended."""
-    pieces: list[str] = []
-    try:
-        for piece in stream:
-            pieces.append(piece)
-            _write(piece)
-    except KeyboardInterrupt:
-        stream.close()
-        _write("\n")
-        return "".join(pieces), False
-    _write("\n")
-    if stats:
-        print(_stats_line(stream.result), file=sys.stderr, flush=True)
-    return "".join(pieces), True
-
-
-def _stats_line(result) -> str:
-    from .display import stats_line
-    return stats_line(result.stats, result.finish_reason)
-
-
 def _result_json(result, model) -> dict:
     from .display import stats_dict
     return {"text": result.text, "finish_reason": result.finish_reason, "model": str(model.path),
@@ -358,7 +323,7 @@ def cmd_generate(args) -> int:
                 pass
             print(json.dumps(_result_json(s.result, session.model), ensure_ascii=False))
             return EXIT_OK
-        _, done = _echo(s, stats=not args.quiet)
+        _, done = echo_stream(s, stats=not args.quiet)
         if not done:
             print("interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED

@@ -47,6 +47,38 @@ def _enable_line_editing() -> None:
         pass
 
 
+def write_out(text: str) -> None:
+    """Write to stdout now, replacing what its encoding cannot show."""
+    out = sys.stdout
+    try:
+        out.write(text)
+    except UnicodeEncodeError:
+        enc = getattr(out, "encoding", None) or "utf-8"
+        out.write(text.encode(enc, "replace").decode(enc, "replace"))
+    out.flush()
+
+
+def echo_stream(stream, *, stats: bool = False) -> tuple[str, bool]:
+    """Write a stream's pieces to stdout as they come, then end the line.
+
+    Returns the text written and whether the stream ran to its end; Ctrl-C stops
+    it (the stream is closed) and returns False. stats: print the stats line on
+    stderr after a stream that ended."""
+    pieces: list[str] = []
+    try:
+        for piece in stream:
+            pieces.append(piece)
+            write_out(piece)
+    except KeyboardInterrupt:
+        stream.close()
+        write_out("\n")
+        return "".join(pieces), False
+    write_out("\n")
+    if stats:
+        print(stats_line(stream.result.stats, stream.result.finish_reason), file=sys.stderr, flush=True)
+    return "".join(pieces), True
+
+
 class ChatRepl:
     """A chat with one Session, read line by line from input().
 
@@ -145,14 +177,12 @@ class ChatRepl:
 
     def turn(self, line: str) -> None:
         """Send a user message; stream the reply; keep both (the reply even when interrupted)."""
-        from .cli import _echo
-
         convo = self.fit(self.history + [{"role": "user", "content": line}])
         if convo is None:
             return
         try:
             stream = chat_stream(convo, self.session, template=self.template, **self.kw)
-            reply, done = _echo(stream, stats=False)
+            reply, done = echo_stream(stream, stats=False)
         except PymtpError as e:           # the conversation survives a failed generation
             self.say(f"error: {e}")
             return
