@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -94,3 +96,20 @@ class GreedyComparison:
 def same_greedy():
     """A GreedyComparison for the test."""
     return GreedyComparison()
+
+
+class CtrlCAfterFirstWrite(io.StringIO):
+    """A stdout on which Ctrl-C (KeyboardInterrupt) comes right after the first text is
+    written: during a reply (input("") writes its empty prompt, which does not count)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        n = super().write(text)
+        if text:
+            self.writes.append(text)
+            if len(self.writes) == 1:
+                raise KeyboardInterrupt
+        return n

@@ -8,6 +8,7 @@ import sys
 import types
 
 import pytest
+from conftest import CtrlCAfterFirstWrite
 
 import pymtp
 from pymtp.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Progress, main
@@ -139,24 +140,8 @@ def test_chat_repl(capsys, fixture_model, monkeypatch, models):
     assert cap.err.count("tok/s") == 3        # --stats after each reply, and /stats once
 
 
-class _CtrlCAfterFirstWrite(io.StringIO):
-    """A stdout on which Ctrl-C (KeyboardInterrupt) comes right after the first text is written."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[str] = []
-
-    def write(self, text: str) -> int:
-        n = super().write(text)
-        if text:                     # input("") writes its empty prompt
-            self.writes.append(text)
-            if len(self.writes) == 1:
-                raise KeyboardInterrupt
-        return n
-
-
 def test_generate_interrupted(capsys, fixture_model, monkeypatch):
-    out = _CtrlCAfterFirstWrite()
+    out = CtrlCAfterFirstWrite()
     monkeypatch.setattr(sys, "stdout", out)
     assert main(["generate", "-m", fixture_model, "-n", "40", "--ignore-eos", "def f(x):"]) == EXIT_INTERRUPTED
     err = capsys.readouterr().err
@@ -165,7 +150,7 @@ def test_generate_interrupted(capsys, fixture_model, monkeypatch):
 
 
 def test_chat_reply_interrupted_is_kept(capsys, fixture_model, monkeypatch, models):
-    out = _CtrlCAfterFirstWrite()
+    out = CtrlCAfterFirstWrite()
     monkeypatch.setattr(sys, "stdout", out)
     monkeypatch.setattr(sys, "stdin", io.StringIO("Hello\nHow are you?\n"))
     assert main(["chat", "-m", fixture_model, "--template", "chatml", "-n", "8", "--ignore-eos", "--stats"]) == EXIT_OK

@@ -3,7 +3,6 @@ the context. Driven with scripted input(), plus one run in a real terminal (tmux
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import shlex
@@ -13,6 +12,7 @@ import sys
 import time
 
 import pytest
+from conftest import CtrlCAfterFirstWrite
 
 import pymtp
 from pymtp.chat import chat, chat_prompt, chat_prompt_tokens
@@ -91,24 +91,8 @@ def test_ctrl_c_at_the_prompt(capsys, monkeypatch, fixture_model, models):
     assert read == [] and capsys.readouterr().out == ""
 
 
-class _CtrlCAfterFirstWrite(io.StringIO):
-    """A stdout on which Ctrl-C comes right after the first text is written (during the reply)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[str] = []
-
-    def write(self, text: str) -> int:
-        n = super().write(text)
-        if text:
-            self.writes.append(text)
-            if len(self.writes) == 1:
-                raise KeyboardInterrupt
-        return n
-
-
 def test_ctrl_c_during_a_reply(capsys, monkeypatch, fixture_model):
-    out = _CtrlCAfterFirstWrite()
+    out = CtrlCAfterFirstWrite()
     monkeypatch.setattr(sys, "stdout", out)
     # the reply's Ctrl-C does not count towards the two that exit at the prompt
     read = script(monkeypatch, ["Hello", "/stats", KeyboardInterrupt, "/stats", "/exit"])

@@ -121,7 +121,7 @@ def test_plain_and_speculative_do_not_share_a_cache(models, same_greedy):
 
 
 def test_chat_turns_prefill_only_the_new_messages(gguf):
-    from tests.conftest import CHATML
+    from conftest import CHATML
     with pymtp.load(gguf("glm4moe"), n_ctx=512) as s:
         msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]
         r1 = pymtp.chat(msgs, s, template=CHATML, max_tokens=6, ignore_eos=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._native import check, ffi, lib
+from ._native import ffi, lib
 from .config import SpecConfig
 from .model import DraftContext, last_row_only
 from .rollback import KVTrim
@@ -149,9 +149,7 @@ class MTPDrafter:
         self._kv_end = n_past + 1
         if sampler.config.greedy and not sampler.penalizes:
             # the whole recursion in one native call: argmax, own hidden row, next decode
-            with self.ctx.lock:
-                n_out = check(lib.pymtp_draft_greedy(self.ctx._handle(), n_past + 1, k, p_min,
-                                                     self._draft_ids, self._draft_probs))
+            n_out = self.ctx.draft_greedy(n_past + 1, k, p_min, self._draft_ids, self._draft_probs)
             draft.tokens = list(self._draft_ids[0:n_out])
             draft.confidence = list(self._draft_probs[0:n_out])
         else:

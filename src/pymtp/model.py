@@ -407,6 +407,14 @@ class DraftContext(_Context):
             raise ValueError(f"hidden rows: need {n_rows} x {self.n_embd} floats, got {rows.size}")
         return ffi.cast("const float *", ffi.from_buffer(rows))
 
+    def draft_greedy(self, pos: int, n_max: int, p_min: float, out_ids, out_probs) -> int:
+        """The head's greedy recursion from position pos in one native call (argmax, its own
+        hidden row, the next decode), stopping at n_max tokens or below the caller's p_min;
+        writes tokens and top probabilities into the cffi arrays given, returns how many."""
+        with self.lock:
+            self.n_writes += 1
+            return check(lib.pymtp_draft_greedy(self._handle(), pos, n_max, p_min, out_ids, out_probs))
+
     def set_head(self, head: int) -> None:
         """Choose which MTP block runs next (chained heads, e.g. step35)."""
         with self.lock:
