@@ -19,7 +19,7 @@ n_rs_seq snapshots, qwen3next: checkpoint + re-decode), chained heads (step35, d
 per head) and the sampling transforms top-p, min-p and the repetition penalty. Each run also
 asserts that it went through what it is meant to cover: rejections (rollbacks and the hand-off
 after them), full accepts, drafts of the full length, and a transform that changes the
-distribution.
+distribution. Samples after the first reuse the prompt's cache (prefix reuse), except on hybrids.
 """
 
 from __future__ import annotations
@@ -170,6 +170,7 @@ class Coverage:
     drafted_at: Counter = field(default_factory=Counter)   # draft length -> steps
     rejections: int = 0                                    # steps that rolled back a draft token
     full_accepts: int = 0
+    reused_starts: int = 0                                 # samples whose prefill reused the cache
 
     def add(self, r) -> None:
         self.steps += 1
@@ -190,6 +191,8 @@ def sample_continuations(session, prompt: list[int], sampling: SamplingConfig, s
         spec_ = session.speculator(sampling, spec)
         for i in range(n):
             spec_.start(prompt, sampling.model_copy(update={"seed": seed * 100_000 + i}))
+            if coverage is not None and spec_.stats.n_reused > 0:
+                coverage.reused_starts += 1
             if verify is not None:
                 spec_.sampler.verify = verify.__get__(spec_.sampler)
             while len(spec_.tokens) < end:
@@ -330,6 +333,12 @@ def test_speculative_sampling_matches_plain_sampling(reference, name):
     # the run went through rollbacks (and hand-offs after them), full accepts and full-length drafts
     assert cov.rejections > 50 and cov.full_accepts > 50, cov
     assert cov.drafted_at[case.n_draft] > 50 and max(cov.drafted_at) == case.n_draft, cov
+    # every sample after the first starts from the cache the one before left (prefix reuse: the
+    # prompt's KV is kept, the draft head cut back); hybrids re-prefill (their state cannot be cut)
+    if s.model.is_recurrent:
+        assert cov.reused_starts == 0, cov
+    else:
+        assert cov.reused_starts >= N_SAMPLES - 1, cov      # all when an earlier case left the prompt
     ps = p_values(samples, exact, case.depth)
     assert min(ps) > P_EXACT, f"{name}: p-values {ps} (marginals by position, then the joint)"
 

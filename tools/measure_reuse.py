@@ -12,15 +12,21 @@ Then, --repeats times, interleaved:
 * full: a Session whose cache holds nothing of it gets the same prompt (its cache is
   voided first by a short unrelated prompt), same measurement.
 
-Prints the medians, their ratio and the positions each path decoded.
+Prints the medians, their ratio and the positions each path decoded. With --llama-server
+PATH, the same two prompts (as token ids) also go to llama.cpp's llama-server on the same
+file, interleaved with the pymtp runs: turn N, then turn N+1 with ``cache_prompt`` (reuse),
+and turn N+1 after an unrelated prompt (full); wall time of a one-token completion.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import socket
 import statistics
+import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pymtp
@@ -52,6 +58,40 @@ def first_token_seconds(session: pymtp.Session, msgs: list[dict]) -> tuple[float
     return dt, s
 
 
+class LlamaServer:
+    """llama-server on the same GGUF, for the same measurement."""
+
+    def __init__(self, binary: str, model: Path, threads: int | None, n_ctx: int = 4096) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        cmd = [binary, "-m", str(model), "-c", str(n_ctx), "--port", str(self.port), "-np", "1"]
+        if threads:
+            cmd += ["-t", str(threads), "-tb", str(threads)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1)
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError("llama-server did not come up")
+
+    def first_token_seconds(self, tokens: list[int], cache_prompt: bool) -> tuple[float, dict]:
+        body = json.dumps({"prompt": tokens, "n_predict": 1, "cache_prompt": cache_prompt,
+                           "temperature": 0}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", body,
+                                     {"Content-Type": "application/json"})
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=600) as r:
+            out = json.loads(r.read())
+        return time.perf_counter() - t0, out.get("timings", {})
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="default")
@@ -59,6 +99,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", type=Path, default=Path("build/reuse.json"))
+    ap.add_argument("--llama-server", metavar="PATH", help="also measure llama.cpp's llama-server")
     args = ap.parse_args()
 
     reuse = pymtp.load(args.model, n_threads=args.threads, n_ctx=4096)
@@ -66,6 +107,7 @@ def main() -> None:
     msgs = conversation(reuse, args.tokens)
     history, last_user = msgs[:-2], msgs[-2]
     turn_n = history + [last_user]
+    server = LlamaServer(args.llama_server, reuse.model.path, args.threads) if args.llama_server else None
     rows = []
     for r in range(args.repeats):
         # reuse: generate turn N's reply on `reuse`, then ask turn N+1
@@ -76,9 +118,21 @@ def main() -> None:
         pymtp.generate("unrelated", full, max_tokens=1)      # full: nothing of it cached
         t_full, s_full = first_token_seconds(full, nxt)
         st_r, st_f = s_reuse.result.stats, s_full.result.stats
+        if server:
+            before = s_reuse.result.prompt_tokens[:st_r.n_reused + 1]     # what turn N left cached
+            server.first_token_seconds(before, True)
+            t_srv_reuse, tim_r = server.first_token_seconds(s_reuse.result.prompt_tokens, True)
+            server.first_token_seconds(reuse.tokenize("unrelated"), True)
+            t_srv_full, tim_f = server.first_token_seconds(s_reuse.result.prompt_tokens, True)
+            rows_srv = {"t_server_reuse": t_srv_reuse, "t_server_full": t_srv_full,
+                        "server_prompt_n_reuse": tim_r.get("prompt_n"), "server_prompt_n_full": tim_f.get("prompt_n")}
+            print(f"  llama-server: {t_srv_reuse * 1e3:.1f} ms (cache_prompt, {tim_r.get('prompt_n')} decoded) vs "
+                  f"{t_srv_full * 1e3:.1f} ms (full, {tim_f.get('prompt_n')} decoded)", flush=True)
+        else:
+            rows_srv = {}
         rows.append({"t_reuse": t_reuse, "t_full": t_full, "n_prompt": st_r.n_prompt,
                      "decoded_reuse": st_r.n_prompt - 1 - st_r.n_reused,
-                     "decoded_full": st_f.n_prompt - 1 - st_f.n_reused})
+                     "decoded_full": st_f.n_prompt - 1 - st_f.n_reused, **rows_srv})
         print(f"repeat {r}: prompt {st_r.n_prompt} tokens; first token after {t_reuse * 1e3:.1f} ms "
               f"(reuse, {rows[-1]['decoded_reuse']} decoded) vs {t_full * 1e3:.1f} ms "
               f"(full, {rows[-1]['decoded_full']} decoded)", flush=True)
@@ -89,6 +143,12 @@ def main() -> None:
                "ttft_reuse_ms": med_r * 1e3, "ttft_full_ms": med_f * 1e3, "ratio": med_r / med_f, "rows": rows}
     print(f"median time to first token: reuse {med_r * 1e3:.1f} ms, full prefill {med_f * 1e3:.1f} ms, "
           f"ratio {med_r / med_f:.3f}")
+    if server:
+        sr = statistics.median(r["t_server_reuse"] for r in rows)
+        sf = statistics.median(r["t_server_full"] for r in rows)
+        summary.update(server_reuse_ms=sr * 1e3, server_full_ms=sf * 1e3, server_ratio=sr / sf)
+        print(f"llama-server: cache_prompt {sr * 1e3:.1f} ms, full {sf * 1e3:.1f} ms, ratio {sr / sf:.3f}")
+        server.close()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=1))
     full.close()
