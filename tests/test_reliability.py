@@ -302,10 +302,10 @@ def test_speculative_of_the_wrong_type(load, bad):
     ([304, 1, 2], "prompt token 304 at position 0 is out of range"),
     ([1, -1, 2], "out of range"),
     ([1, 2**40], "out of range"),
-    ([1, "2"], None),                                         # int("2") is accepted
-    ([1.5, 2], None),
-    ([1, None], "int"),
-    ([1, "x"], "invalid literal"),
+    ([1, "2"], "item 1 is str '2'"),                        # text is not a token id
+    ([1.5, 2], "item 0 is float 1.5"),
+    ([1, None], "item 1 is NoneType"),
+    ([1, True], "item 1 is bool"),
 ])
 def test_token_ids_out_of_range_in_the_prompt(load, fresh, prompt, match):
     m = load()

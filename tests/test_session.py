@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import pymtp
 from pymtp.session import KV_BUDGET_BYTES, default_n_ctx, kv_bytes_per_position
 
@@ -50,3 +52,19 @@ def test_models_by_path_are_loaded_once(gguf):
     for o in others:
         pymtp.generate("x", o, max_tokens=2)
     assert as_session(p)[0] is not s               # the oldest fell out: loaded again
+
+
+def test_prompt_kinds(models):
+    s = models("glm4moe")
+    text = pymtp.generate("def f(x):", s, max_tokens=3, speculative=False)
+    assert pymtp.generate(b"def f(x):", s, max_tokens=3, speculative=False).tokens == text.tokens   # UTF-8 text
+    ids = pymtp.generate(text.prompt_tokens, s, max_tokens=3, speculative=False)
+    assert ids.tokens == text.tokens
+    import numpy as np
+    assert pymtp.generate(np.array(text.prompt_tokens), s, max_tokens=3, speculative=False).tokens == text.tokens
+    with pytest.raises(TypeError, match="item 1 is str 'b'"):
+        pymtp.generate(["a", "b"][0:0] + [1, "b"], s)
+    with pytest.raises(TypeError, match="list of token ids"):
+        pymtp.generate(["hello", "world"], s)
+    with pytest.raises(ValueError, match="UTF-8"):
+        pymtp.generate(b"\xff\xfe", s)

@@ -7,6 +7,7 @@ session take turns; a stream() holds it one step at a time.
 from __future__ import annotations
 
 import codecs
+import numbers
 import os
 from typing import Iterator, Sequence
 
@@ -56,10 +57,20 @@ class TextStream:
         self.result: GenerationResult | None = None
         self.owns_session = owns_session     # a session made for this one stream: closed with it
         model = session.model
+        if isinstance(prompt, (bytes, bytearray)):
+            try:
+                prompt = bytes(prompt).decode("utf-8")         # bytes are text, not token ids
+            except UnicodeDecodeError as e:
+                raise ValueError(f"a bytes prompt must be UTF-8 text: {e}") from None
         if isinstance(prompt, str):
             tokens = model.tokenize(prompt, add_special=True) if prompt else []
         else:
-            tokens = [int(t) for t in prompt]
+            tokens = list(prompt)
+            bad = next((i for i, t in enumerate(tokens) if isinstance(t, bool) or not isinstance(t, numbers.Integral)), None)
+            if bad is not None:
+                raise TypeError(f"a prompt is text or a list of token ids (ints); item {bad} is "
+                                f"{type(tokens[bad]).__name__} {tokens[bad]!r}")
+            tokens = [int(t) for t in tokens]
         if not tokens:
             raise ValueError("the prompt is empty: give some text or token ids")
         bad = next((i for i, t in enumerate(tokens) if not 0 <= t < model.n_vocab), None)
