@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -24,7 +26,7 @@ class SamplingConfig(BaseModel):
 
 
 class SpecConfig(BaseModel):
-    """How the MTP head drafts, and the policy that sizes drafts.
+    """Who drafts (the MTP head, or prompt lookup), and the policy that sizes drafts.
 
     n_draft: most tokens drafted per step (chained-head models cap it at their head count).
     p_min: stop drafting when the head's top probability falls below it.
@@ -45,6 +47,10 @@ class SpecConfig(BaseModel):
     cooldown: int = Field(0, ge=0, le=16)
     cooldown_steps: int = Field(1, ge=0, le=1024)
     n_min: int = Field(1, ge=1, le=16, description="the shortest draft the adaptive policy uses")
+    drafter: Literal["mtp", "lookup"] = Field(
+        "mtp", description="mtp: the model's MTP head; lookup: copy what followed the last n-gram "
+        "earlier in the text (prompt lookup, no model call; works without MTP blocks)")
+    ngram: int = Field(3, ge=1, le=16, description="prompt lookup: the longest suffix it matches")
 
     @model_validator(mode="after")
     def _bounds(self) -> SpecConfig:

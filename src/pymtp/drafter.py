@@ -39,8 +39,43 @@ class Draft:
     confidence: list[float] = field(default_factory=list)
 
 
-class MTPDrafter:
+class Drafter:
+    """What MTPSpeculator asks of a drafter. Write one by overriding propose(); the rest has
+    defaults for drafters that keep no state of their own.
+
+    * ``propose(last_token, n_past, k, sampler, history, p_min)``: up to k tokens to follow
+      last_token (at position n_past; history ends with it), as a Draft; in sampling mode
+      with ``draft.probs``: each token's q distribution (a point mass is fine: exact too);
+    * ``observe(tokens, pos0, hidden)``: the target accepted these tokens at pos0.. (hidden:
+      its hidden rows when ``wants_hidden``, else None);
+    * ``reset()`` / ``truncate(n_keep)``: forget everything / keep the first n_keep positions
+      (returns how many it kept); ``write_count()``: changes to its own cache, if it has one.
+    """
+
+    max_draft = 16
+    wants_hidden = False
+
+    def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
+                p_min: float = 0.0) -> Draft:
+        raise NotImplementedError
+
+    def observe(self, tokens: list[int], pos0: int, hidden: np.ndarray | None) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+    def truncate(self, n_keep: int) -> int:
+        return n_keep
+
+    def write_count(self) -> int:
+        return 0
+
+
+class MTPDrafter(Drafter):
     """Drives a DraftContext. See the module docstring for the hand-off rule."""
+
+    wants_hidden = True
 
     def __init__(self, draft: DraftContext) -> None:
         self.ctx = draft
@@ -66,6 +101,9 @@ class MTPDrafter:
     def max_draft(self) -> int:
         """Chained heads draft at most one token per head."""
         return self.n_heads if self.chained else 16
+
+    def write_count(self) -> int:
+        return self.ctx.n_writes
 
     def reset(self) -> None:
         """Forget everything fed so far (a new text, or a step that failed half-way)."""

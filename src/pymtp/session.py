@@ -20,6 +20,7 @@ from .config import SamplingConfig, SpecConfig
 from .errors import InvalidHandleError, UnsupportedError
 from .model import DraftContext, Model, TargetContext
 from .rollback import n_rs_seq_for
+from .lookup import PromptLookupDrafter
 from .speculator import MTPSpeculator
 
 #: Memory the default context may spend on its KV cache (F16 keys and values); the default
@@ -78,6 +79,7 @@ class Session:
         self._target: TargetContext | None = None
         self._draft: DraftContext | None = None
         self._speculator: MTPSpeculator | None = None     # the last one: its caches can be reused
+        self._speculator_kind: str | None = None          # its drafter: "mtp", "lookup", None
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._closed = False
@@ -104,23 +106,28 @@ class Session:
         return self._ensure_contexts()[1]
 
     def speculator(self, sampling: SamplingConfig | None = None, spec: SpecConfig | None = None) -> MTPSpeculator:
-        """A speculator over this session's contexts (spec None: plain decoding)."""
+        """A speculator over this session's contexts (spec None: plain decoding). The last one is
+        kept while the contexts and the drafter kind stay the same: its caches are reused."""
         target, draft = self._ensure_contexts()
-        if spec is not None and draft is None:
+        kind = None if spec is None else spec.drafter
+        if kind == "mtp" and draft is None:
             m = self.model
             raise UnsupportedError(
                 f"{m.path.name} has no MTP blocks (architecture {m.architecture}, n_mtp_layers={m.n_mtp_layers}, "
-                f"loaded={m.mtp_loaded}): speculative decoding needs them. Run it with speculative=False.")
-        draft = draft if spec is not None else None
+                f"loaded={m.mtp_loaded}): speculative decoding needs them. Run it with speculative=False, "
+                "or draft by prompt lookup: speculative={'drafter': 'lookup'}.")
         last = self._speculator
-        if last is not None and last.target is target and (last.drafter.ctx if last.drafter else None) is draft:
-            # The same contexts and drafting mode: keep the speculator, and with it the
-            # text its caches hold (the next start() reuses the shared prefix).
+        if last is not None and last.target is target and self._speculator_kind == kind:
             last.configure(spec or SpecConfig())
+            if kind == "lookup":
+                last.drafter.ngram = spec.ngram
             if sampling is not None:
                 last.sampling = sampling
             return last
-        self._speculator = MTPSpeculator(target, draft, sampling, spec or SpecConfig())
+        drafter = (draft if kind == "mtp" else
+                   PromptLookupDrafter(self.model.n_vocab, ngram=spec.ngram) if kind == "lookup" else None)
+        self._speculator = MTPSpeculator(target, drafter, sampling, spec or SpecConfig())
+        self._speculator_kind = kind
         return self._speculator
 
     # ---- per-token facts, cached (asked once per emitted token) --------------------------------

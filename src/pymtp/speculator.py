@@ -38,7 +38,7 @@ import enum
 import time
 
 from .config import SamplingConfig, SpecConfig
-from .drafter import Draft, DraftPolicy, MTPDrafter
+from .drafter import Draft, Drafter, DraftPolicy, MTPDrafter
 from .errors import UnsupportedError
 from .model import DraftContext, TargetContext, last_row_only
 from .rollback import rollback_for
@@ -53,17 +53,19 @@ class State(enum.Enum):
 
 
 class MTPSpeculator:
-    """Speculative decoding with a model's MTP head as the draft model.
+    """Speculative decoding with a model's MTP head (or another Drafter) as the draft model.
 
-    target: the trunk's context. draft: a DraftContext bound to it, or None
-    for plain decoding. See the module docstring for the state machine.
+    target: the trunk's context. draft: a DraftContext bound to it (the MTP head), any
+    pymtp.drafter.Drafter (e.g. pymtp.lookup.PromptLookupDrafter), or None for plain
+    decoding. See the module docstring for the state machine.
     """
 
-    def __init__(self, target: TargetContext, draft: DraftContext | None = None,
+    def __init__(self, target: TargetContext, draft: DraftContext | Drafter | None = None,
                  sampling: SamplingConfig | None = None, spec: SpecConfig | None = None) -> None:
         self.target = target
         self.model = target.model
-        self.drafter = MTPDrafter(draft) if draft is not None else None
+        # The MTP head's context, or any Drafter (prompt lookup, your own); None: plain decoding
+        self.drafter = MTPDrafter(draft) if isinstance(draft, DraftContext) else draft
         self.sampling = sampling or SamplingConfig()
         self.configure(spec or SpecConfig())
         self.sampler = Sampler(self.sampling)
@@ -110,7 +112,9 @@ class MTPSpeculator:
             # Cut both caches back. The head at position p pairs x(p) with the target's
             # hidden row of p-1, so the target re-decodes one kept position to hand that
             # row over (only positions the draft KV already holds are kept).
-            p0 = max(0, self.drafter.truncate(keep) - 1) if self.drafter else keep
+            p0 = self.drafter.truncate(keep) if self.drafter else keep
+            if self.drafter and self.drafter.wants_hidden:
+                p0 = max(0, p0 - 1)
             self.target.seq_rm(p0)       # a recurrent target gets here only with p0 == 0
             if self.drafter and p0 == 0:
                 self.drafter.reset()
@@ -132,7 +136,10 @@ class MTPSpeculator:
             # no logits needed but the last row's: hidden rows come anyway
             self.target.decode(chunk, c0, output=last_row_only(len(chunk)))
             if hand_off and self.drafter:
-                self.drafter.observe(chunk, c0, self.target.hidden())
+                self.drafter.observe(chunk, c0, self._hidden())
+
+    def _hidden(self):
+        return self.target.hidden() if self.drafter.wants_hidden else None
 
     def reusable_prefix(self, prompt: list[int]) -> tuple[int, str]:
         """How many leading positions of the target KV a new prompt can keep, and why not
@@ -153,7 +160,7 @@ class MTPSpeculator:
         return n, "" if n == limit else f"the prompt diverges from the cached text at position {n}"
 
     def _write_counts(self) -> tuple[int, int]:
-        d = self.drafter.ctx.n_writes if self.drafter else 0
+        d = self.drafter.write_count() if self.drafter else 0
         return self.target.n_writes, d
 
     def _remember_writes(self) -> None:
@@ -232,7 +239,7 @@ class MTPSpeculator:
 
         # HANDOFF (the drafter copies the rows: views die with the next decode)
         if self.drafter:
-            self.drafter.observe(accepted, n_past, self.target.hidden())
+            self.drafter.observe(accepted, n_past, self._hidden())
 
         # ROLLBACK
         t3 = time.perf_counter()
