@@ -49,7 +49,8 @@ class Drafter:
     * ``observe(tokens, pos0, hidden)``: the target accepted these tokens at pos0.. (hidden:
       its hidden rows when ``wants_hidden``, else None);
     * ``reset()`` / ``truncate(n_keep)``: forget everything / keep the first n_keep positions
-      (returns how many it kept); ``write_count()``: changes to its own cache, if it has one.
+      (returns how many it kept); ``write_count()``: changes to its own cache, if it has one;
+      ``configure(spec)``: the SpecConfig of the generations that follow.
     """
 
     max_draft = 16
@@ -63,6 +64,9 @@ class Drafter:
         pass
 
     def reset(self) -> None:
+        pass
+
+    def configure(self, spec: SpecConfig) -> None:
         pass
 
     def truncate(self, n_keep: int) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .config import SpecConfig
 from .drafter import Draft, Drafter
 from .sampling import Sampler
 
@@ -24,6 +25,11 @@ class PromptLookupDrafter(Drafter):
         self.n_vocab = n_vocab
         self.ngram, self.min_ngram = ngram, min_ngram
         self.max_draft = max_draft
+        self._q: np.ndarray | None = None     # point masses, one row per draft position, reused
+        self._set: list[int] = []             # the entries of _q that are 1
+
+    def configure(self, spec: SpecConfig) -> None:
+        self.ngram = max(spec.ngram, self.min_ngram)
 
     def continuation(self, history: list[int], k: int) -> list[int]:
         """Up to k tokens that followed the latest earlier occurrence of history's last n
@@ -38,11 +44,17 @@ class PromptLookupDrafter(Drafter):
     def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
                 p_min: float = 0.0) -> Draft:
         tokens = self.continuation(history, k)
-        probs = None
-        if not sampler.config.greedy:
-            probs = []
-            for t in tokens:
-                q = np.zeros(self.n_vocab, dtype=np.float32)
-                q[t] = 1.0
-                probs.append(q)
-        return Draft(tokens=list(tokens), probs=probs, confidence=[1.0] * len(tokens))
+        return Draft(tokens=list(tokens), probs=None if sampler.config.greedy else self._point_masses(tokens),
+                     confidence=[1.0] * len(tokens))
+
+    def _point_masses(self, tokens: list[int]) -> list[np.ndarray]:
+        """q for each draft token: rows of one buffer, valid until the next propose (the
+        speculator verifies a draft before it asks for the next)."""
+        if self._q is None:
+            self._q = np.zeros((self.max_draft, self.n_vocab), dtype=np.float32)
+        for i, t in enumerate(self._set):
+            self._q[i, t] = 0.0
+        for i, t in enumerate(tokens):
+            self._q[i, t] = 1.0
+        self._set = list(tokens)
+        return [self._q[i] for i in range(len(tokens))]

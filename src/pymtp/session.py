@@ -119,13 +119,11 @@ class Session:
         last = self._speculator
         if last is not None and last.target is target and self._speculator_kind == kind:
             last.configure(spec or SpecConfig())
-            if kind == "lookup":
-                last.drafter.ngram = spec.ngram
             if sampling is not None:
                 last.sampling = sampling
             return last
         drafter = (draft if kind == "mtp" else
-                   PromptLookupDrafter(self.model.n_vocab, ngram=spec.ngram) if kind == "lookup" else None)
+                   PromptLookupDrafter(self.model.n_vocab) if kind == "lookup" else None)
         self._speculator = MTPSpeculator(target, drafter, sampling, spec or SpecConfig())
         self._speculator_kind = kind
         return self._speculator

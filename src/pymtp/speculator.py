@@ -82,6 +82,8 @@ class MTPSpeculator:
         self.n_max_draft = n_max
         self.policy = DraftPolicy(spec, n_max) if self.drafter else None
         self.rollback = rollback_for(self.target, n_max)
+        if self.drafter:
+            self.drafter.configure(spec)
 
     # ---- prefill ----------------------------------------------------------------------------
 
@@ -98,8 +100,7 @@ class MTPSpeculator:
         if sampling is not None:
             self.sampling = sampling
         self.sampler = Sampler(self.sampling)
-        self.policy = DraftPolicy(self.spec, self.n_max_draft) if self.drafter else None
-        self.rollback = rollback_for(self.target, self.n_max_draft)   # no mark of an earlier text
+        self.configure(self.spec)        # a fresh policy, and a rollback with no mark of an earlier text
         self.stats = SpecStats(n_prompt=len(prompt))
         t0 = time.perf_counter()
         keep, why = self.reusable_prefix(prompt)
@@ -119,7 +120,6 @@ class MTPSpeculator:
             if self.drafter and p0 == 0:
                 self.drafter.reset()
         self.tokens = prompt
-        self.n_past = p0
         self.stats.n_reused = p0
         self.stats.reuse_miss = why
         self._prefill(body, p0, hand_off=True)
