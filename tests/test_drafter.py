@@ -181,11 +181,16 @@ def test_one_head_drafts_in_one_call_then_recurses_on_its_own_rows():
     ctx = FakeDraft()
     d = MTPDrafter(ctx)
     d.observe([10, 11, 12], 0, H(0, 3))
-    draft = d.propose(13, 3, 3, sampler(), [10, 11, 12, 13])
+    s = sampler()
+    draft = d.propose(13, 3, 3, s, [10, 11, 12, 13])
     t1 = head_next(0, 13)
     t2 = head_next(0, t1)
     assert draft.tokens == [t1, t2, head_next(0, t2)]
-    assert len(draft.probs) == 3 and all(abs(p.sum() - 1) < 1e-9 for p in draft.probs)
+    # each token's q stays in the sampler's slot for its position, where verify reads it
+    assert draft.q_in_sampler and draft.probs is None
+    for i, t in enumerate(draft.tokens):
+        q = s.slot_probs(i)
+        assert abs(q.sum() - 1) < 1e-6 and q.argmax() == t
     assert ctx.calls == [
         # the queued accepted tokens and the last token in one decode, logits of the last row only
         ("decode", [11, 12, 13], 1, [0.0, 1.0, 2.0], [0, 0, 1]),
@@ -204,12 +209,12 @@ def test_drafting_stops_below_p_min():
     d = MTPDrafter(ctx)
     d.observe([10, 11, 12], 0, H(0, 3))
     draft = d.propose(13, 3, 3, sampler(), [10, 11, 12, 13], p_min=0.5)
-    assert draft.tokens == [] and draft.probs == [] and draft.confidence == []
+    assert draft.tokens == [] and draft.confidence == []
     assert ctx.cells == {1, 2, 3}                       # the accepted text is fed all the same
     confident = MTPDrafter(FakeDraft(confidence={0: 0.6}))
     confident.observe([10, 11, 12], 0, H(0, 3))
     draft = confident.propose(13, 3, 3, sampler(), [10, 11, 12, 13], p_min=0.5)
-    assert len(draft.tokens) == len(draft.probs) == len(draft.confidence) == 3
+    assert len(draft.tokens) == len(draft.confidence) == 3 and draft.q_in_sampler
     assert all(abs(c - 0.6) < 1e-3 for c in draft.confidence)
 
 

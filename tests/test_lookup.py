@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_distribution import N_THREADS, P_EXACT, TOP_K6, Coverage, exact_continuations, p_values, sample_continuations
+from test_distribution import (N_THREADS, P_EXACT, TOP_K6, Coverage, draw, exact_continuations, p_values, q_of,
+                               sample_continuations)
 
 import pymtp
 from pymtp import SamplingConfig, SpecConfig
@@ -51,11 +52,12 @@ def _accept_the_argmax(self, target_rows, draft, draft_probs, history):
     """Wrong: a draft token equal to the target's most likely token is always accepted."""
     for i, d in enumerate(draft):
         p = self.probs(target_rows[i], history + list(draft[:i]))
-        if d == int(np.argmax(p)) or self.rng.random() < p[d] / draft_probs[i][d]:
+        q = q_of(self, draft_probs, i)
+        if d == int(np.argmax(p)) or self.rng.random() < p[d] / q[d]:
             continue
-        residual = np.maximum(p - draft_probs[i], 0.0)
-        return i, self.draw(residual / residual.sum())
-    return len(draft), self.draw(self.probs(target_rows[len(draft)], history + list(draft)))
+        residual = np.maximum(p - q, 0.0)
+        return i, draw(self.rng, residual / residual.sum())
+    return len(draft), draw(self.rng, self.probs(target_rows[len(draft)], history + list(draft)))
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-"""Sampler without a model: the transform against numpy reference formulas, draws, and the
-acceptance rules of verify() (greedy, and stochastic rejection sampling on a tiny vocabulary)."""
+"""Sampler without a model: the native transform against numpy reference formulas, draws, and
+the acceptance rules of verify() (greedy, and stochastic rejection sampling on a tiny
+vocabulary). The native arithmetic is float32: probabilities agree to about 1e-7."""
 
 from __future__ import annotations
 
@@ -11,34 +12,14 @@ import pytest
 
 from pymtp import SamplingConfig
 from pymtp.sampling import Sampler
+from pymtp.testing.reference_sampling import reference_draw, reference_probs, softmax
 
 from test_distribution import P_EXACT, _residual_ignored, goodness_of_fit
 
+RTOL = 2e-6          # float32 probabilities (numpy's reference: float64)
+
 # Distinct values (no ties at any cut), positive and negative (the penalty treats them apart).
 ROW = np.array([2.0, -1.0, 0.5, 3.1, -0.2, 1.4, 0.9, -2.5], dtype=np.float32)
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - np.max(x))
-    return e / e.sum()
-
-
-def reference_probs(row, history=(), temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, penalty=1.0, window=64):
-    """The documented transform, written out: penalty, temperature, top-k, top-p, min-p."""
-    x = np.asarray(row, dtype=np.float64).copy()
-    for t in set(list(history)[-window:] if window else []):
-        x[t] = x[t] / penalty if x[t] > 0 else x[t] * penalty
-    x = x / temperature
-    if 0 < top_k < len(x):
-        x[x < np.sort(x)[-top_k]] = -np.inf
-    p = softmax(x)
-    if top_p < 1.0:
-        order = np.argsort(-p)
-        before = np.concatenate([[0.0], np.cumsum(p[order])[:-1]])   # mass of the likelier tokens
-        p[order[before >= top_p]] = 0.0                               # the nucleus already reached top_p
-    if min_p > 0.0:
-        p[p < min_p * p.max()] = 0.0
-    return p / p.sum()
 
 
 def probs(row, history=(), **cfg):
@@ -51,21 +32,21 @@ def probs(row, history=(), **cfg):
 @pytest.mark.parametrize("temperature", [0.3, 1.0, 2.5])
 def test_temperature(temperature):
     p = probs(ROW, temperature=temperature)
-    np.testing.assert_allclose(p, softmax(ROW.astype(np.float64) / temperature), rtol=1e-12)
+    np.testing.assert_allclose(p, softmax(ROW.astype(np.float64) / temperature), rtol=RTOL)
     assert p.dtype == np.float64
 
 
 @pytest.mark.parametrize("top_k", [1, 3, 7, 8, 100])
 def test_top_k(top_k):
     p = probs(ROW, temperature=0.7, top_k=top_k)
-    np.testing.assert_allclose(p, reference_probs(ROW, temperature=0.7, top_k=top_k), rtol=1e-12)
+    np.testing.assert_allclose(p, reference_probs(ROW, temperature=0.7, top_k=top_k), rtol=RTOL)
     assert np.count_nonzero(p) == min(top_k, len(ROW))
 
 
 @pytest.mark.parametrize("top_p", [0.05, 0.5, 0.8, 0.95, 0.999])
 def test_top_p(top_p):
     p = probs(ROW, temperature=1.2, top_p=top_p)
-    np.testing.assert_allclose(p, reference_probs(ROW, temperature=1.2, top_p=top_p), rtol=1e-12)
+    np.testing.assert_allclose(p, reference_probs(ROW, temperature=1.2, top_p=top_p), rtol=RTOL)
     # the smallest set of likeliest tokens whose mass reaches top_p
     full = softmax(ROW.astype(np.float64) / 1.2)
     kept = np.flatnonzero(p)
@@ -85,7 +66,7 @@ def test_top_p_on_a_hand_computed_row():
 @pytest.mark.parametrize("min_p", [0.01, 0.1, 0.3, 0.9])
 def test_min_p(min_p):
     p = probs(ROW, temperature=0.8, min_p=min_p)
-    np.testing.assert_allclose(p, reference_probs(ROW, temperature=0.8, min_p=min_p), rtol=1e-12)
+    np.testing.assert_allclose(p, reference_probs(ROW, temperature=0.8, min_p=min_p), rtol=RTOL)
     full = softmax(ROW.astype(np.float64) / 0.8)
     assert set(np.flatnonzero(p)) == set(np.flatnonzero(full >= min_p * full.max()))
 
@@ -94,13 +75,11 @@ def test_min_p(min_p):
 def test_repetition_penalty(penalty):
     history = [0, 1, 1, 4, 3]            # positive (0, 3) and negative (1, 4) logits; 1 repeated
     s = Sampler(SamplingConfig(temperature=1.0, repetition_penalty=penalty))
-    x = s.penalized(ROW, history)
     want = ROW.astype(np.float64).copy()
     want[[0, 3]] /= penalty               # a positive logit is divided
     want[[1, 4]] *= penalty               # a negative one multiplied, once however often it occurs
-    np.testing.assert_allclose(x, want, rtol=1e-12)
+    np.testing.assert_allclose(s.probs(ROW, history), softmax(want), rtol=RTOL)
     np.testing.assert_array_equal(ROW, np.array([2.0, -1.0, 0.5, 3.1, -0.2, 1.4, 0.9, -2.5], dtype=np.float32))
-    np.testing.assert_allclose(s.probs(ROW, history), softmax(want), rtol=1e-12)
 
 
 def test_repetition_penalty_window():
@@ -108,11 +87,37 @@ def test_repetition_penalty_window():
     history = [3, 0, 5, 2]
     for window in (1, 2, 4):
         got = probs(ROW, history, temperature=1.0, repetition_penalty=2.0, repetition_window=window)
-        np.testing.assert_allclose(got, reference_probs(ROW, history, penalty=2.0, window=window), rtol=1e-12)
+        np.testing.assert_allclose(got, reference_probs(ROW, history, penalty=2.0, window=window), rtol=RTOL)
     off = Sampler(SamplingConfig(temperature=1.0, repetition_penalty=2.0, repetition_window=0))
-    assert not off.penalizes and off.penalized(ROW, history) is ROW
+    assert not off.penalizes
+    np.testing.assert_allclose(off.probs(ROW, history), softmax(ROW), rtol=RTOL)
     assert not Sampler(SamplingConfig(temperature=1.0)).penalizes
     np.testing.assert_allclose(probs(ROW, [], temperature=1.0, repetition_penalty=2.0), softmax(ROW), rtol=1e-6)
+
+
+@pytest.mark.parametrize("presence, frequency", [(0.5, 0.0), (0.0, 0.7), (1.5, -0.4), (-1.0, 2.0)])
+def test_presence_and_frequency_penalties(presence, frequency):
+    history = [0, 3, 3, 3, 6, 1]
+    got = probs(ROW, history, temperature=1.0, presence_penalty=presence, frequency_penalty=frequency)
+    want = reference_probs(ROW, history, presence=presence, frequency=frequency)
+    np.testing.assert_allclose(got, want, rtol=RTOL)
+    x = ROW.astype(np.float64).copy()
+    x[3] -= 3 * frequency + presence            # three occurrences, one presence
+    x[[0, 6, 1]] -= frequency + presence
+    np.testing.assert_allclose(got, softmax(x), rtol=RTOL)
+
+
+def test_logit_bias():
+    bias = {1: 4.0, 3: -100.0}
+    got = probs(ROW, [], temperature=1.0, logit_bias=bias)
+    np.testing.assert_allclose(got, reference_probs(ROW, bias=bias), rtol=RTOL, atol=1e-12)
+    assert got[3] < 1e-30 and got.argmax() == 1
+    s = Sampler(SamplingConfig(logit_bias={"5": 2.0}))        # JSON keys are strings
+    assert s.config.logit_bias == ((5, 2.0),) and s.choose(ROW, []) == 5      # 1.4 + 2 > 3.1: greedy sees it
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        Sampler(SamplingConfig(logit_bias={8: 1.0})).probs(ROW, [])
+    with pytest.raises(ValueError, match="outside"):
+        SamplingConfig(logit_bias={1: 101.0})
 
 
 @pytest.mark.parametrize("cfg", [
@@ -125,7 +130,7 @@ def test_the_transforms_in_order(cfg):
     ref = reference_probs(ROW, history, temperature=cfg["temperature"], top_k=cfg.get("top_k", 0),
                           top_p=cfg.get("top_p", 1.0), min_p=cfg.get("min_p", 0.0),
                           penalty=cfg["repetition_penalty"], window=cfg.get("repetition_window", 64))
-    np.testing.assert_allclose(probs(ROW, history, **cfg), ref, rtol=1e-12)
+    np.testing.assert_allclose(probs(ROW, history, **cfg), ref, rtol=RTOL)
 
 
 def test_greedy_probs_and_choice():
@@ -143,31 +148,84 @@ def test_greedy_probs_and_choice():
 
 def test_draws_follow_the_distribution():
     p = reference_probs(ROW, temperature=1.5, top_k=5)
-    s = Sampler(SamplingConfig(temperature=1.0, seed=7))
-    counts = Counter(s.draw(p) for _ in range(20_000))
+    s = Sampler(SamplingConfig(temperature=1.5, top_k=5, seed=7))
+    counts = Counter(s.choose(ROW, []) for _ in range(20_000))
     assert set(counts) <= set(np.flatnonzero(p))           # never a token of probability 0
     assert goodness_of_fit(counts, dict(enumerate(p))) > P_EXACT
-    # unnormalized weights are drawn in proportion
-    w = np.array([0.0, 2.0, 0.0, 6.0])
-    counts = Counter(s.draw(w) for _ in range(4000))
+    # tokens whose logit is -inf are never drawn; the rest in proportion
+    row = np.array([-np.inf, np.log(2.0), -np.inf, np.log(6.0)])
+    s = Sampler(SamplingConfig(temperature=1.0, seed=3))
+    counts = Counter(s.choose(row, []) for _ in range(4000))
     assert set(counts) == {1, 3} and abs(counts[3] / 4000 - 0.75) < 0.03
 
 
 def test_draw_edges():
     s = Sampler(SamplingConfig(temperature=1.0, seed=0))
-    assert all(s.draw(np.array([0.0, 0.0, 1.0])) == 2 for _ in range(50))
-    assert all(s.draw(np.array([1.0, 0.0, 0.0])) == 0 for _ in range(50))
+    assert all(s.choose(np.array([-np.inf, -np.inf, 0.0]), []) == 2 for _ in range(50))
+    assert all(s.choose(np.array([0.0, -np.inf, -np.inf]), []) == 0 for _ in range(50))
 
 
 def test_a_seed_repeats_its_draws_and_other_seeds_differ():
-    p = reference_probs(ROW, temperature=2.0)
-
     def draws(seed):
-        s = Sampler(SamplingConfig(temperature=1.0, seed=seed))
-        return [s.draw(p) for _ in range(40)]
+        s = Sampler(SamplingConfig(temperature=2.0, seed=seed))
+        return [s.choose(ROW, []) for _ in range(40)]
 
     assert draws(5) == draws(5)
     assert len({tuple(draws(seed)) for seed in range(5)}) == 5
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(temperature=0.8),
+    dict(temperature=0.7, top_k=20, top_p=0.8, repetition_penalty=1.05),      # Qwen's settings
+    dict(temperature=1.0, top_p=0.95),
+    dict(temperature=1.3, min_p=0.05, presence_penalty=0.5),
+])
+def test_plain_sampling_draws_what_the_numpy_sampler_drew(cfg):
+    """For a fixed seed, native sampling gives the same tokens as pymtp's former numpy sampler
+    (its transform and draw are written out above): the same uniforms, the same inverse CDF."""
+    rng = np.random.default_rng(0)
+    n_vocab = 3000
+    s = Sampler(SamplingConfig(seed=42, **cfg))
+    ref_rng = np.random.default_rng(42)
+    history: list[int] = []
+    for _ in range(300):
+        row = (rng.standard_normal(n_vocab) * 3).astype(np.float32)
+        p = reference_probs(row, history, temperature=cfg["temperature"], top_k=cfg.get("top_k", 0),
+                            top_p=cfg.get("top_p", 1.0), min_p=cfg.get("min_p", 0.0),
+                            penalty=cfg.get("repetition_penalty", 1.0), presence=cfg.get("presence_penalty", 0.0))
+        want = reference_draw(ref_rng, p)
+        assert s.choose(row, history) == want
+        history.append(want)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_native_transform_at_a_real_vocabulary_size(seed):
+    """Random settings on 151,552-token rows (every path: top-k by heap and by selection, the
+    nucleus found by the exponent histogram, min-p, penalties, bias)."""
+    rng = np.random.default_rng(seed)
+    n_vocab = 151_552
+    row = (rng.standard_normal(n_vocab) * rng.uniform(1, 6)).astype(np.float32)
+    history = rng.integers(0, n_vocab, size=80).tolist()
+    cfg = dict(temperature=float(rng.uniform(0.3, 1.5)), top_k=int(rng.choice([0, 20, 1000])),
+               top_p=float(rng.choice([1.0, 0.8, 0.95])), min_p=float(rng.choice([0.0, 0.05])),
+               repetition_penalty=float(rng.choice([1.0, 1.1])), presence_penalty=float(rng.choice([0.0, 0.4])),
+               frequency_penalty=float(rng.choice([0.0, 0.3])), logit_bias={int(rng.integers(n_vocab)): 5.0})
+    got = Sampler(SamplingConfig(**cfg)).probs(row, history)
+    want = reference_probs(row, history, temperature=cfg["temperature"], top_k=cfg["top_k"], top_p=cfg["top_p"],
+                           min_p=cfg["min_p"], penalty=cfg["repetition_penalty"], presence=cfg["presence_penalty"],
+                           frequency=cfg["frequency_penalty"], bias=dict(cfg["logit_bias"]))
+    np.testing.assert_array_equal(got > 0, want > 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-9)
+
+
+def test_bad_input_raises_before_the_arithmetic():
+    s = Sampler(SamplingConfig(temperature=1.0, repetition_penalty=1.2))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        s.probs(ROW, [3, 99])
+    with pytest.raises(ValueError, match="target rows"):
+        s.verify(ROW[None, :], [1, 2], [softmax(ROW)] * 2, [])
+    with pytest.raises(ValueError, match="shape"):
+        s.verify(np.tile(ROW, (2, 1)), [1], [np.ones(3)], [])
 
 
 # ---- verify: greedy ------------------------------------------------------------------------------
@@ -207,17 +265,27 @@ def test_greedy_verify_with_a_repetition_penalty_sees_the_draft():
     assert plain.verify(rows, [3, 3], None, []) == (2, 3)
 
 
+def test_greedy_verify_with_a_logit_bias():
+    s = Sampler(SamplingConfig(logit_bias={6: 1.5}))           # the runner-up of row 0 wins there
+    rows = rows_with_argmax([3, 3], runner_up=[6, 5])
+    assert s.verify(rows, [3], None, []) == (0, 6)
+    assert s.verify(rows, [6], None, []) == (1, 3)
+
+
 # ---- verify: rejection sampling --------------------------------------------------------------------
 
 
 class GridRNG:
-    """Stands in for the sampler's RNG: random() returns the next value of a script."""
+    """Stands in for the sampler's RNG: random() returns the next value(s) of a script."""
 
     def __init__(self, values):
         self.values = list(values)
 
-    def random(self):
-        return self.values.pop(0)
+    def random(self, n=None):
+        if n is None:
+            return self.values.pop(0)
+        out, self.values = np.array(self.values[:n]), self.values[n:]
+        return out
 
 
 P = np.array([0.5, 0.3, 0.2])
@@ -225,36 +293,35 @@ Q = np.array([0.1, 0.1, 0.8])
 
 
 def test_rejection_sampling_is_exact_on_a_tiny_vocabulary():
-    """k = 1 on a 3-token vocabulary, integrated exactly over the draft token and the acceptance
-    draw (a midpoint grid of M uniforms: each acceptance probability to within 1/M): the
-    accepted mass is min(q, p), a rejection draws from normalize(max(0, p - q)), and the emitted
-    token is distributed as p."""
+    """k = 1 on a 3-token vocabulary, integrated over midpoint grids of M uniforms (each
+    probability to within 1/M): draft d is accepted with probability min(1, p/q), a rejection
+    draws from normalize(max(0, p - q)), the bonus token from the next row's p, and the emitted
+    token is distributed as p. verify() takes two uniforms: the acceptance test's and the draw's."""
     M = 2000
     grid = (np.arange(M) + 0.5) / M
     s = Sampler(SamplingConfig(temperature=1.0))
-    residuals = []
-    s.draw = lambda dist: residuals.append(np.array(dist)) or -1     # record what a rejection draws from
-    rows = np.log(np.array([P, [0.2, 0.2, 0.6]]))
+    bonus = np.array([0.2, 0.2, 0.6])
+    rows = np.log(np.array([P, bonus]))
+
+    def run(d, u_accept, u_draw):
+        s.rng = GridRNG([u_accept, u_draw])
+        return s.verify(rows, [d], [Q], [])
+
+    residual = np.maximum(P - Q, 0) / np.maximum(P - Q, 0).sum()
     emitted = np.zeros(3)
     for d in range(3):
-        accepted = 0
-        for u in grid:
-            s.rng = GridRNG([u])
-            n, new = s.verify(rows, [d], [Q], [])
-            if n == 1:
-                accepted += 1
-                assert new == -1        # the bonus token is drawn (here: recorded) after a full accept
-                residuals.pop()
-            else:
-                assert n == 0 and new == -1
-        a = accepted / M
+        a = np.mean([run(d, u, 0.5)[0] == 1 for u in grid])
         assert abs(a - min(1.0, P[d] / Q[d])) <= 1 / M, d
+        if a > 0:      # after a full accept, the bonus token is drawn from the next row's p
+            got = np.bincount([run(d, 0.0, u)[1] for u in grid], minlength=3) / M
+            np.testing.assert_allclose(got, bonus, atol=2 / M)
+        if a < 1:      # a rejection draws from the residual
+            outs = [run(d, 1 - 0.5 / M, u) for u in grid]
+            assert all(n == 0 for n, _ in outs)
+            got = np.bincount([t for _, t in outs], minlength=3) / M
+            np.testing.assert_allclose(got, residual, atol=2 / M)
         emitted[d] += Q[d] * a
-        for r in residuals:
-            np.testing.assert_allclose(r / r.sum(), np.maximum(P - Q, 0) / np.maximum(P - Q, 0).sum(), atol=1e-12)
-        r = np.maximum(P - Q, 0) / np.maximum(P - Q, 0).sum()
-        emitted += Q[d] * (1 - a) * r
-        residuals.clear()
+        emitted += Q[d] * (1 - a) * residual
     np.testing.assert_allclose(emitted, P, atol=2 / M)
 
 

@@ -8,6 +8,7 @@
 #include "pymtp.h"
 #pragma GCC visibility pop
 #include "gguf_check.h"   // refuses corrupt GGUF files before llama.cpp would abort on them
+#include "shim_internal.h"
 
 #include "llama.h"
 #include "llama-ext.h"
@@ -74,6 +75,14 @@ static int fail(int code, const char * fmt, ...) {
 }
 
 static void ok() { g_error.clear(); }
+
+void shim_set_error(const char * msg) {
+    if (msg) {
+        g_error = msg;
+    } else {
+        g_error.clear();
+    }
+}
 
 static bool live(const void * p) {
     std::lock_guard<std::mutex> lock(g_registry_mutex);
@@ -608,17 +617,9 @@ int pymtp_rows_argmax(const float * rows, int32_t n_rows, int32_t n_cols, int32_
     if (!rows || !out_ids || n_rows < 0 || n_cols < 1) return fail(PYMTP_ERR_ARG, "bad rows_argmax arguments");
     for (int32_t r = 0; r < n_rows; ++r) {
         const float * x = rows + (size_t) r * n_cols;
-        int32_t best = 0;
-        for (int32_t j = 1; j < n_cols; ++j) {
-            if (x[j] > x[best]) best = j;
-        }
-        out_ids[r] = best;
-        if (out_prob) {
-            double sum = 0.0;
-            const float mx = x[best];
-            for (int32_t j = 0; j < n_cols; ++j) sum += std::exp((double) (x[j] - mx));
-            out_prob[r] = (float) (1.0 / sum);
-        }
+        float mx;
+        out_ids[r] = row_argmax(x, n_cols, &mx);
+        if (out_prob) out_prob[r] = (float) (1.0 / exp_sum(x, n_cols, mx, 1.0f));
     }
     ok();
     return PYMTP_OK;

@@ -197,6 +197,70 @@ int  pymtp_rows_argmax(const float * rows, int32_t n_rows, int32_t n_cols,
 int  pymtp_draft_greedy(pymtp_ctx * draft, int32_t pos, int32_t n_max, float p_min,
                         int32_t * out_tokens, float * out_probs);
 
+/* ---- sampling and verification (sampler.cpp) -----------------------------------
+ *
+ * The arithmetic of one vocabulary row, for Python's sampling policy. A row becomes a
+ * distribution by: mask (a packed bitmask, bit j of word j/32 = token j allowed; NULL = all),
+ * logit bias, penalties over a window of recent tokens (repetition: divide a positive logit,
+ * multiply a negative one; then subtract frequency x count + presence), temperature
+ * (0 = greedy: the argmax), top-k, softmax, top-p (the smallest set of most likely tokens
+ * with that much mass; ties: the lower id), min-p (drop tokens below min_p x the top one),
+ * renormalize. A sampler keeps distributions in numbered slots (the drafter's q for each
+ * draft position); a slot is sparse (ids ascending) when something truncated it, else dense.
+ * Draws take a uniform u in [0, 1) from the caller (Python's seeded RNG) and return the first
+ * token, in id order, whose cumulative probability exceeds u. Only create and configure
+ * allocate. */
+
+typedef struct {
+    float   temperature;          /* 0: greedy */
+    int32_t top_k;                /* 0: no limit */
+    float   top_p;                /* 1: off */
+    float   min_p;                /* 0: off */
+    float   repetition_penalty;   /* 1: off */
+    float   presence_penalty;     /* 0: off */
+    float   frequency_penalty;    /* 0: off */
+    int32_t penalty_window;       /* the latest tokens the penalties count (0: no penalties) */
+} pymtp_sampling_params;
+
+typedef struct pymtp_sampler pymtp_sampler;
+
+int  pymtp_sampler_create(int32_t n_vocab, int32_t n_slots, pymtp_sampler ** out);
+int  pymtp_sampler_free(pymtp_sampler * s);
+/* Settings for the calls that follow; bias: n_bias (token, value) pairs added to the logits. */
+int  pymtp_sampler_configure(pymtp_sampler * s, const pymtp_sampling_params * params,
+                             const int32_t * bias_ids, const float * bias_values, int32_t n_bias);
+
+/* slot = the distribution of one logits row. history: the tokens before the row's (only the
+ * last penalty_window are read). Greedy: *out_token = the argmax. Else, u >= 0: a token drawn
+ * with u; u < 0: none (*out_token = -1). out_conf (may be NULL): the largest probability
+ * (greedy: the argmax's softmax probability at temperature 1). */
+int  pymtp_sampler_row(pymtp_sampler * s, int32_t slot, const float * row,
+                       const int32_t * history, int32_t n_history, const uint32_t * mask,
+                       double u, int32_t * out_token, float * out_conf);
+
+/* slot = a point mass on token (prompt lookup's q), or a dense distribution given by the caller. */
+int  pymtp_sampler_set_point(pymtp_sampler * s, int32_t slot, int32_t token);
+int  pymtp_sampler_set_dense(pymtp_sampler * s, int32_t slot, const float * q);
+
+/* Read a slot: *n entries, *ids NULL when dense (entry i is token i). Valid until it changes. */
+int  pymtp_sampler_slot(const pymtp_sampler * s, int32_t slot, int32_t * n,
+                        const int32_t ** ids, const float ** probs);
+
+/*
+ * Speculative verification of one verify batch, in one call. rows: k + 1 logits rows, row i
+ * the target's after history + draft[:i]; masks: NULL or k + 1 bitmasks. Greedy: accept the
+ * longest prefix where the row's argmax equals the draft, then emit the target's own token.
+ * Sampling: draft token i, drawn from q = slot i, is accepted when u[i] * q(d) < p(d)
+ * (probability min(1, p/q)); on the first rejection the emitted token is drawn with u[k] from
+ * normalize(max(0, p - q)) (from p when that is empty); after a full accept, from row k's p
+ * with u[k]. u: k + 1 uniforms (unused when greedy). Writes the accepted count and the
+ * emitted token; out_probs (NULL or k + 1 floats): the target's probability of each token
+ * it kept and of the emitted one (greedy: softmax at temperature 1).
+ */
+int  pymtp_sampler_verify(pymtp_sampler * s, const float * rows, const int32_t * draft, int32_t k,
+                          const int32_t * history, int32_t n_history, const uint32_t * masks,
+                          const double * u, int32_t * out_n_acc, int32_t * out_token, float * out_probs);
+
 /* ---- memory ------------------------------------------------------------------ */
 
 /* Removes positions [p0, p1) of seq_id (p1 < 0: to the end). On hybrid models a

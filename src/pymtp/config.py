@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class SamplingConfig(BaseModel):
@@ -17,8 +17,28 @@ class SamplingConfig(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus: smallest set with this much mass")
     min_p: float = Field(0.0, ge=0.0, lt=1.0, description="drop tokens below min_p x the top probability")
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
-    repetition_window: int = Field(64, ge=0, description="recent tokens the penalty looks at")
+    repetition_window: int = Field(64, ge=0, description="recent tokens the penalties look at")
+    # OpenAI's additive penalties, counted over the same window of recent tokens
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="subtracted once from a recent token's logit")
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="subtracted per occurrence in the window")
+    logit_bias: tuple[tuple[int, float], ...] = Field(
+        (), description="(token, bias) pairs added to the logits first; a dict {token: bias} is accepted")
     seed: int | None = Field(None, ge=0)
+
+    @field_validator("logit_bias", mode="before")
+    @classmethod
+    def _bias_pairs(cls, value):
+        if isinstance(value, dict):      # OpenAI sends {"token id": bias}
+            value = [(int(k), v) for k, v in value.items()]
+        pairs = tuple(sorted((int(t), float(b)) for t, b in value))
+        for t, b in pairs:
+            if t < 0:
+                raise ValueError(f"logit_bias: token {t} is negative")
+            if not -100.0 <= b <= 100.0:
+                raise ValueError(f"logit_bias: {b} for token {t} is outside [-100, 100]")
+        if len({t for t, _ in pairs}) != len(pairs):
+            raise ValueError("logit_bias names a token twice")
+        return pairs
 
     @property
     def greedy(self) -> bool:

@@ -31,12 +31,15 @@ from .sampling import Sampler
 
 @dataclass
 class Draft:
-    """Tokens the head proposes, with the distributions they were drawn from
-    (stochastic sampling only) and the head's top probability for each."""
+    """Tokens a drafter proposes and the head's top probability for each. In sampling mode
+    the verifier needs each token's q, the distribution it was drawn from: either the
+    sampler's slots hold them (``q_in_sampler``: drafters that called ``Sampler.row`` or
+    ``Sampler.point_masses``), or ``probs`` lists them as vocabulary-sized arrays."""
 
     tokens: list[int] = field(default_factory=list)
     probs: list[np.ndarray] | None = None
     confidence: list[float] = field(default_factory=list)
+    q_in_sampler: bool = False
 
 
 class Drafter:
@@ -45,7 +48,7 @@ class Drafter:
 
     * ``propose(last_token, n_past, k, sampler, history, p_min)``: up to k tokens to follow
       last_token (at position n_past; history ends with it), as a Draft; in sampling mode
-      with ``draft.probs``: each token's q distribution (a point mass is fine: exact too);
+      with each token's q distribution (see Draft; a point mass is fine: exact too);
     * ``observe(tokens, pos0, hidden)``: the target accepted these tokens at pos0.. (hidden:
       its hidden rows when ``wants_hidden``, else None);
     * ``reset()`` / ``truncate(n_keep)``: forget everything / keep the first n_keep positions
@@ -182,14 +185,14 @@ class MTPDrafter(Drafter):
             return Draft()
         if self.chained:
             return self._propose_chained(last_token, n_past, min(k, self.n_heads), sampler, history, p_min)
-        draft = Draft(probs=None if sampler.config.greedy else [])
+        draft = Draft(q_in_sampler=not sampler.config.greedy)
         # One call: the queued accepted tokens plus last_token, output on the last row only.
         tokens = self._feed + [last_token]
         n = len(tokens)
         self.ctx.decode(tokens, self._kv_end, self._rows[0], self._rows[1:n], output=last_row_only(n))
         self._feed.clear()
         self._kv_end = n_past + 1
-        if sampler.config.greedy and not sampler.penalizes:
+        if sampler.plain_greedy:
             # the whole recursion in one native call: argmax, own hidden row, next decode
             n_out = self.ctx.draft_greedy(n_past + 1, k, p_min, self._draft_ids, self._draft_probs)
             draft.tokens = list(self._draft_ids[0:n_out])
@@ -206,7 +209,7 @@ class MTPDrafter(Drafter):
     def _recurse(self, draft: Draft, n_past: int, k: int, sampler: Sampler, history: list[int],
                  p_min: float) -> None:
         """Draft token by token, each decoded with the head's own hidden row (sampling,
-        repetition penalty: the choice needs Python)."""
+        penalties, bias: each choice is one native sampler call)."""
         for i in range(k):
             if i > 0:
                 self.ctx.decode([draft.tokens[-1]], n_past + i, self._own[i - 1])
@@ -218,7 +221,7 @@ class MTPDrafter(Drafter):
     def _propose_chained(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
                          p_min: float) -> Draft:
         self._flush()
-        draft = Draft(probs=None if sampler.config.greedy else [])
+        draft = Draft(q_in_sampler=not sampler.config.greedy)
         self._own[0] = self._rows[0]
         tokens = [last_token]
         for i in range(k):
@@ -236,24 +239,15 @@ class MTPDrafter(Drafter):
         return draft
 
     def _take(self, draft: Draft, sampler: Sampler, history: list[int], p_min: float) -> bool:
-        """Choose the next draft token from the head's last logits row; False to stop."""
+        """Choose the next draft token from the head's last logits row; False to stop. In
+        sampling mode its q stays in the sampler's slot for its position."""
         row = self.ctx.logits()[-1]
-        if sampler.config.greedy and not sampler.penalizes:
+        if sampler.plain_greedy:
             lib.pymtp_rows_argmax(ffi.from_buffer("float[]", row), 1, row.shape[0], self._argmax_id, self._argmax_p)
             tok, conf = int(self._argmax_id[0]), float(self._argmax_p[0])
         else:
-            if sampler.config.greedy:          # with a repetition penalty
-                x = sampler.penalized(row, history + draft.tokens)
-                tok = int(np.argmax(x))
-                conf = float(1.0 / np.exp(x - x[tok]).sum())
-            else:
-                q = sampler.probs(row, history + draft.tokens)
-                tok = sampler.draw(q)
-                conf = float(q.max())
-                draft.probs.append(q)
+            tok, conf = sampler.row(len(draft.tokens), row, history, draft.tokens)
         if conf < p_min:
-            if draft.probs is not None:
-                draft.probs.pop()
             return False
         draft.tokens.append(tok)
         draft.confidence.append(conf)

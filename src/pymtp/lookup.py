@@ -8,8 +8,6 @@ it: d is accepted with probability p(d), and a rejection draws from p with d rem
 
 from __future__ import annotations
 
-import numpy as np
-
 from .config import SpecConfig
 from .drafter import Draft, Drafter
 from .sampling import Sampler
@@ -25,8 +23,6 @@ class PromptLookupDrafter(Drafter):
         self.n_vocab = n_vocab
         self.ngram, self.min_ngram = ngram, min_ngram
         self.max_draft = max_draft
-        self._q: np.ndarray | None = None     # point masses, one row per draft position, reused
-        self._set: list[int] = []             # the entries of _q that are 1
 
     def configure(self, spec: SpecConfig) -> None:
         self.ngram = max(spec.ngram, self.min_ngram)
@@ -44,17 +40,6 @@ class PromptLookupDrafter(Drafter):
     def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
                 p_min: float = 0.0) -> Draft:
         tokens = self.continuation(history, k)
-        return Draft(tokens=list(tokens), probs=None if sampler.config.greedy else self._point_masses(tokens),
-                     confidence=[1.0] * len(tokens))
-
-    def _point_masses(self, tokens: list[int]) -> list[np.ndarray]:
-        """q for each draft token: rows of one buffer, valid until the next propose (the
-        speculator verifies a draft before it asks for the next)."""
-        if self._q is None:
-            self._q = np.zeros((self.max_draft, self.n_vocab), dtype=np.float32)
-        for i, t in enumerate(self._set):
-            self._q[i, t] = 0.0
-        for i, t in enumerate(tokens):
-            self._q[i, t] = 1.0
-        self._set = list(tokens)
-        return [self._q[i] for i in range(len(tokens))]
+        if not sampler.config.greedy:
+            sampler.point_masses(tokens)
+        return Draft(tokens=list(tokens), confidence=[1.0] * len(tokens), q_in_sampler=not sampler.config.greedy)

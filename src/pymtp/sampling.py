@@ -1,10 +1,9 @@
 """Choosing tokens, and the rules that accept or reject drafted tokens.
 
-One transform turns a logits row into the distribution tokens are drawn from
-(repetition penalty, temperature, top-k, top-p, min-p, in that order). Plain
-sampling draws from it; speculative sampling compares the target's and the
-head's distributions under that same transform, which is what makes it
-lossless:
+One transform turns a logits row into the distribution tokens are drawn from (logit bias;
+repetition, presence and frequency penalties; temperature, top-k, top-p, min-p, in that
+order). Plain sampling draws from it; speculative sampling compares the target's and the
+head's distributions under that same transform, which is what makes it lossless:
 
 * greedy: accept the longest prefix where the target's argmax equals the
   draft, then emit the target's own token there (or the bonus token after a
@@ -13,6 +12,12 @@ lossless:
   rejection draw from normalize(max(0, p - q)); after a full accept draw the
   bonus token from p. The emitted tokens are then distributed exactly as
   plain sampling from p (Leviathan et al. 2023, Chen et al. 2023).
+
+The policy is here: the settings, the seeded RNG (numpy's, so a seed gives the same plain
+sampling as before the arithmetic moved to C), which slot holds which draft position. The
+arithmetic over each row is native (pymtp_sampler_* in native/shim/sampler.cpp): one call per
+draft token, one per verify batch. A draft's q distributions live in the native sampler's
+slots, slot i for draft position i; drafters fill them through ``row`` or ``point_masses``.
 """
 
 from __future__ import annotations
@@ -21,102 +26,161 @@ from typing import Sequence
 
 import numpy as np
 
+from ._native import check, ffi, lib
 from .config import SamplingConfig
 
 
 class Sampler:
-    """Token choice under one SamplingConfig, with its own seeded RNG."""
+    """Token choice under one SamplingConfig, with its own seeded RNG.
 
-    def __init__(self, config: SamplingConfig) -> None:
+    n_slots: draft positions whose q it can hold, plus one scratch slot. n_vocab sizes the
+    native buffers (without it, the first row seen does)."""
+
+    def __init__(self, config: SamplingConfig, n_slots: int = 17, n_vocab: int | None = None) -> None:
+        self.n_slots = max(2, n_slots)
+        self.n_vocab = 0
+        self._native = None
+        self._tok = ffi.new("int32_t[1]")
+        self._conf = ffi.new("float[1]")
+        self._n_acc = ffi.new("int32_t[1]")
+        self._slot_n = ffi.new("int32_t[1]")
+        self._slot_ids = ffi.new("int32_t **")
+        self._slot_probs = ffi.new("float **")
+        self.configure(config)
+        if n_vocab:
+            self._ensure(n_vocab)
+
+    # ---- settings ------------------------------------------------------------------------------
+
+    def configure(self, config: SamplingConfig) -> None:
+        """Use these settings, with a fresh RNG from their seed."""
         self.config = config
         self.rng = np.random.default_rng(config.seed)
-        self.penalizes = config.repetition_penalty != 1.0 and config.repetition_window > 0
+        c = config
+        self.penalizes = c.repetition_window > 0 and (
+            c.repetition_penalty != 1.0 or c.presence_penalty != 0.0 or c.frequency_penalty != 0.0)
+        self._window = c.repetition_window if self.penalizes else 0
+        # greedy with nothing that changes the argmax: a plain argmax will do
+        self.plain_greedy = c.greedy and not self.penalizes and not c.logit_bias
+        if self._native is not None:
+            self._push_config()
 
-    # ---- the transform -------------------------------------------------------------
+    def _ensure(self, n_vocab: int) -> None:
+        if self._native is not None and n_vocab == self.n_vocab:
+            return
+        out = ffi.new("pymtp_sampler **")
+        check(lib.pymtp_sampler_create(n_vocab, self.n_slots, out))
+        self._native = ffi.gc(out[0], lib.pymtp_sampler_free)
+        self.n_vocab = n_vocab
+        self._push_config()
 
-    def penalized(self, row: np.ndarray, history: Sequence[int]) -> np.ndarray:
-        """The row with recent tokens penalized (a float64 copy when penalized)."""
-        if not self.penalizes or not history:
-            return row
-        x = np.array(row, dtype=np.float64)
-        recent = np.unique(np.asarray(history[-self.config.repetition_window:], dtype=np.int64))
-        vals = x[recent]
-        pen = self.config.repetition_penalty
-        x[recent] = np.where(vals > 0, vals / pen, vals * pen)
-        return x
+    def _push_config(self) -> None:
+        c = self.config
+        params = ffi.new("pymtp_sampling_params *", {
+            "temperature": c.temperature, "top_k": c.top_k, "top_p": c.top_p, "min_p": c.min_p,
+            "repetition_penalty": c.repetition_penalty, "presence_penalty": c.presence_penalty,
+            "frequency_penalty": c.frequency_penalty, "penalty_window": self._window})
+        ids = np.array([t for t, _ in c.logit_bias], dtype=np.int32)
+        vals = np.array([v for _, v in c.logit_bias], dtype=np.float32)
+        if ids.size and int(ids.max()) >= self.n_vocab:
+            raise ValueError(f"logit_bias names token {int(ids.max())}, outside the vocabulary (0..{self.n_vocab - 1})")
+        self._bias = (ids, vals)          # alive while the call reads them
+        check(lib.pymtp_sampler_configure(self._native, params, ffi.from_buffer("int32_t[]", ids),
+                                          ffi.from_buffer("float[]", vals), ids.size))
+
+    # ---- inputs --------------------------------------------------------------------------------
+
+    def _rows(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        self._ensure(rows.shape[-1])
+        return rows
+
+    def _history(self, history: Sequence[int], extra: Sequence[int] = ()):
+        """The penalty window's tokens as a native array (and its length)."""
+        w = self._window
+        if not w:
+            return ffi.NULL, 0
+        tail = list(history[-w:]) + list(extra)
+        arr = np.asarray(tail[-w:], dtype=np.int32)
+        self._hist = arr                  # alive while the call reads it
+        return ffi.from_buffer("int32_t[]", arr), arr.size
+
+    # ---- one row -------------------------------------------------------------------------------
+
+    def row(self, slot: int, row: np.ndarray, history: Sequence[int], extra: Sequence[int] = (),
+            draw: bool = True, confidence: bool = True) -> tuple[int, float]:
+        """Slot `slot` = the distribution of one logits row, after history + extra. Returns the
+        chosen token (greedy: the argmax; sampling: a draw, or -1 with draw=False) and the
+        largest probability (greedy: the argmax's softmax probability; 0.0 with confidence=False,
+        which spares greedy rows a pass over the vocabulary)."""
+        row = self._rows(row)
+        hist, n_hist = self._history(history, extra)
+        u = self.rng.random() if draw and not self.config.greedy else -1.0
+        check(lib.pymtp_sampler_row(self._native, slot, ffi.from_buffer("float[]", row), hist, n_hist,
+                                    ffi.NULL, u, self._tok, self._conf if confidence else ffi.NULL))
+        return int(self._tok[0]), float(self._conf[0]) if confidence else 0.0
+
+    def slot_probs(self, slot: int) -> np.ndarray:
+        """A slot's distribution over the whole vocabulary (float64, a copy)."""
+        check(lib.pymtp_sampler_slot(self._native, slot, self._slot_n, self._slot_ids, self._slot_probs))
+        n = int(self._slot_n[0])
+        probs = np.frombuffer(ffi.buffer(self._slot_probs[0], 4 * n), dtype=np.float32)
+        out = np.zeros(self.n_vocab, dtype=np.float64)
+        if self._slot_ids[0] == ffi.NULL:
+            out[:n] = probs
+        else:
+            out[np.frombuffer(ffi.buffer(self._slot_ids[0], 4 * n), dtype=np.int32)] = probs
+        return out
 
     def probs(self, row: np.ndarray, history: Sequence[int]) -> np.ndarray:
-        """The distribution a token is drawn from (float64, sums to 1)."""
-        c = self.config
-        x = np.array(self.penalized(row, history), dtype=np.float64)
-        if c.greedy:
-            p = np.zeros_like(x)
-            p[int(np.argmax(x))] = 1.0
-            return p
-        x /= c.temperature
-        n = x.shape[0]
-        if 0 < c.top_k < n:
-            drop = np.argpartition(x, n - c.top_k)[: n - c.top_k]
-            x[drop] = -np.inf
-        x -= x.max()
-        p = np.exp(x)
-        p /= p.sum()
-        if c.top_p < 1.0:
-            order = np.argsort(-p, kind="stable")
-            cum = np.cumsum(p[order])
-            keep = int(np.searchsorted(cum, c.top_p)) + 1   # smallest prefix reaching top_p
-            p[order[keep:]] = 0.0
-        if c.min_p > 0.0:
-            p[p < c.min_p * p.max()] = 0.0
-        p /= p.sum()
-        return p
-
-    def draw(self, p: np.ndarray) -> int:
-        """One token from distribution p."""
-        cum = np.cumsum(p)
-        return int(min(np.searchsorted(cum, self.rng.random() * cum[-1], side="right"), len(p) - 1))
+        """The distribution a token is drawn from after history (float64, sums to 1)."""
+        scratch = self.n_slots - 1
+        self.row(scratch, row, history, draw=False, confidence=False)
+        return self.slot_probs(scratch)
 
     def choose(self, row: np.ndarray, history: Sequence[int]) -> int:
         """The next token from one logits row (plain decoding)."""
-        if self.config.greedy:
-            return int(np.argmax(self.penalized(row, history)))
-        return self.draw(self.probs(row, history))
+        return self.row(self.n_slots - 1, row, history, confidence=False)[0]
 
-    # ---- verification -------------------------------------------------------------------
+    def point_masses(self, tokens: Sequence[int]) -> None:
+        """q of draft position i = a point mass on tokens[i] (prompt lookup's drafts)."""
+        if self._native is None:
+            raise ValueError("the sampler does not know the vocabulary yet: give it n_vocab")
+        for i, t in enumerate(tokens):
+            check(lib.pymtp_sampler_set_point(self._native, i, int(t)))
 
-    def verify(
-        self,
-        target_rows: np.ndarray,
-        draft: Sequence[int],
-        draft_probs: Sequence[np.ndarray] | None,
-        history: list[int],
-    ) -> tuple[int, int]:
+    def _load_q(self, draft_probs: Sequence[np.ndarray]) -> None:
+        for i, q in enumerate(draft_probs):
+            q = np.ascontiguousarray(q, dtype=np.float32)
+            if q.shape != (self.n_vocab,):
+                raise ValueError(f"draft q {i} has shape {q.shape}; expected ({self.n_vocab},)")
+            check(lib.pymtp_sampler_set_dense(self._native, i, ffi.from_buffer("float[]", q)))
+
+    # ---- verification ---------------------------------------------------------------------------
+
+    def verify(self, target_rows: np.ndarray, draft: Sequence[int], draft_probs: Sequence[np.ndarray] | None,
+               history: list[int]) -> tuple[int, int]:
         """Accept a prefix of draft against the target rows of one verify batch.
 
-        target_rows[i] is the target's logits after history + draft[:i]
-        (k + 1 rows for k drafted tokens). draft_probs[i] is the head's
-        distribution draft[i] was drawn from (stochastic mode only).
-        Returns (number of draft tokens accepted, the token emitted after them).
-        """
+        target_rows[i] is the target's logits after history + draft[:i] (k + 1 rows for k
+        drafted tokens). Sampling mode: draft_probs[i] is the distribution draft[i] was drawn
+        from, or draft_probs is None when the sampler's slots already hold them (drafters
+        that called ``row`` or ``point_masses``). Returns (number of draft tokens accepted,
+        the token emitted after them)."""
         k = len(draft)
-        if self.config.greedy:
-            if self.penalizes:
-                targets = [int(np.argmax(self.penalized(target_rows[i], history + list(draft[:i]))))
-                           for i in range(k + 1)]
-            else:
-                targets = np.argmax(target_rows[: k + 1], axis=1).tolist()
-            n = 0
-            while n < k and targets[n] == draft[n]:
-                n += 1
-            return n, int(targets[n])
-        for i in range(k):
-            p = self.probs(target_rows[i], history + list(draft[:i]))
-            q = draft_probs[i]  # type: ignore[index]  # drafted tokens always come with their q
-            d = draft[i]
-            if self.rng.random() * q[d] < p[d]:        # accept with probability min(1, p/q)
-                continue
-            residual = np.maximum(p - q, 0.0)
-            total = residual.sum()
-            # total == 0 only when p == q, where a rejection has probability 0.
-            return i, self.draw(residual / total if total > 0 else p)
-        return k, self.draw(self.probs(target_rows[k], history + list(draft)))
+        if k >= self.n_slots:
+            raise ValueError(f"a draft of {k} tokens; this sampler holds q for {self.n_slots - 1}")
+        rows = self._rows(target_rows[: k + 1])
+        if rows.shape[0] != k + 1:
+            raise ValueError(f"{k} draft tokens need {k + 1} target rows, got {rows.shape[0]}")
+        u = ffi.NULL
+        if not self.config.greedy:
+            if draft_probs is not None:
+                self._load_q(draft_probs)
+            self._u = self.rng.random(k + 1)
+            u = ffi.from_buffer("double[]", self._u)
+        tokens = np.asarray(draft, dtype=np.int32)
+        hist, n_hist = self._history(history)
+        check(lib.pymtp_sampler_verify(self._native, ffi.from_buffer("float[]", rows), ffi.from_buffer("int32_t[]", tokens),
+                                       k, hist, n_hist, ffi.NULL, u, self._n_acc, self._tok, ffi.NULL))
+        return int(self._n_acc[0]), int(self._tok[0])

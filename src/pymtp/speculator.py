@@ -67,8 +67,8 @@ class MTPSpeculator:
         # The MTP head's context, or any Drafter (prompt lookup, your own); None: plain decoding
         self.drafter = MTPDrafter(draft) if isinstance(draft, DraftContext) else draft
         self.sampling = sampling or SamplingConfig()
+        self.sampler: Sampler | None = None
         self.configure(spec or SpecConfig())
-        self.sampler = Sampler(self.sampling)
         self.tokens: list[int] = []
         self.n_past = 0
         self.stats = SpecStats()
@@ -84,6 +84,8 @@ class MTPSpeculator:
         self.rollback = rollback_for(self.target, n_max)
         if self.drafter:
             self.drafter.configure(spec)
+        if self.sampler is None or self.sampler.n_slots < n_max + 1:
+            self.sampler = Sampler(self.sampling, n_slots=n_max + 1, n_vocab=self.model.n_vocab)  # q per position
 
     # ---- prefill ----------------------------------------------------------------------------
 
@@ -99,8 +101,8 @@ class MTPSpeculator:
                              f"(n_ctx={self.target.n_ctx}); leave room for at least one new token")
         if sampling is not None:
             self.sampling = sampling
-        self.sampler = Sampler(self.sampling)
         self.configure(self.spec)        # a fresh policy, and a rollback with no mark of an earlier text
+        self.sampler.configure(self.sampling)      # and a fresh RNG from the seed
         self.stats = SpecStats(n_prompt=len(prompt))
         t0 = time.perf_counter()
         keep, why = self.reusable_prefix(prompt)
@@ -234,7 +236,8 @@ class MTPSpeculator:
         t2 = time.perf_counter()
 
         # ACCEPT
-        n_acc, new = self.sampler.verify(logits, draft.tokens, draft.probs, self.tokens)
+        n_acc, new = self.sampler.verify(logits, draft.tokens, None if draft.q_in_sampler else draft.probs,
+                                         self.tokens)
         accepted = batch[: n_acc + 1]               # now part of the text, in the target KV
 
         # HANDOFF (the drafter copies the rows: views die with the next decode)
