@@ -157,7 +157,7 @@ def test_a_full_queue_is_fed_before_it_overflows():
     d.observe(list(range(10, 20)), 0, H(0, 10))
     assert [dec[:3] for dec in ctx.decodes()] == [([11, 12, 13, 14], 1, [0.0, 1.0, 2.0, 3.0]),
                                                   ([15, 16, 17, 18], 5, [4.0, 5.0, 6.0, 7.0])]
-    assert ctx.decodes()[0][3] == [0, 0, 0, 1]        # no logits needed but the last row's
+    assert list(ctx.decodes()[0][3]) == [0, 0, 0, 0]  # no logits needed: they only fill the KV
     assert queued(d) == [(19, 8.0)] and pending(d) == 9.0 and d._kv_end == 9
 
 
@@ -177,7 +177,17 @@ def test_reset_forgets_everything():
 # ---- propose(): one head --------------------------------------------------------------------------
 
 
-def test_one_head_drafts_in_one_call_then_recurses_on_its_own_rows():
+def test_a_one_token_draft_is_one_call():
+    ctx = FakeDraft()
+    d = MTPDrafter(ctx)
+    d.observe([10, 11, 12], 0, H(0, 3))
+    draft = d.propose(13, 3, 1, sampler(), [10, 11, 12, 13])
+    assert draft.tokens == [head_next(0, 13)]
+    # the queued accepted tokens and the last token in one decode, logits of the last row only
+    assert ctx.calls == [("decode", [11, 12, 13], 1, [0.0, 1.0, 2.0], [0, 0, 1])]
+
+
+def test_one_head_feeds_the_queue_then_recurses_from_the_last_token_alone():
     ctx = FakeDraft()
     d = MTPDrafter(ctx)
     d.observe([10, 11, 12], 0, H(0, 3))
@@ -192,8 +202,10 @@ def test_one_head_drafts_in_one_call_then_recurses_on_its_own_rows():
         q = s.slot_probs(i)
         assert abs(q.sum() - 1) < 1e-6 and q.argmax() == t
     assert ctx.calls == [
-        # the queued accepted tokens and the last token in one decode, logits of the last row only
-        ("decode", [11, 12, 13], 1, [0.0, 1.0, 2.0], [0, 0, 1]),
+        # the queued accepted tokens, no logits; then the last token on its own (its hidden row
+        # is the next draft's pairing row, and llama.cpp returns a decode's first rows)
+        ("decode", [11, 12], 1, [0.0, 1.0], [0, 0]),
+        ("decode", [13], 3, [2.0], [1]),
         # then one token per call, each with the head's own row of the position before
         ("decode", [t1], 4, [own(0, 3)], [1]),
         ("decode", [t2], 5, [own(0, 4)], [1]),
@@ -231,7 +243,7 @@ def test_chained_heads_feed_every_head_then_draft_one_token_each():
     t2 = head_next(1, t1)
     t3 = head_next(2, t2)
     assert draft.tokens == [t1, t2, t3]
-    feed = ([11, 12], 1, [0.0, 1.0], [0, 1])
+    feed = ([11, 12], 1, [0.0, 1.0], [0, 0])
     assert ctx.calls == [
         # the queued tokens once per head (each head writes its own KV layer)
         ("set_head", 0), ("decode", *feed),
@@ -418,3 +430,40 @@ def test_fixed_length_is_capped_by_the_heads():
     for _ in range(10):
         fixed.update(2, 0, 0.1, 1.0)     # a fixed length ignores acceptance
     assert fixed.next_length() == 2
+
+
+# ---- on a real head: the recursion's hidden row ---------------------------------------------------
+
+
+@pytest.mark.parametrize("plain_greedy", [True, False])
+def test_the_recursion_pairs_each_draft_token_with_the_head_row_of_the_token_before(models, plain_greedy):
+    """After a hand-off of several tokens, the second draft token must come from the head's hidden
+    row of last_token. (llama.cpp's masked nextn mode returns the first rows of a decode, and the
+    glm4moe MTP graph keeps every row: decoding the queue and last_token together gave the row of
+    the queue's first token.) The reference decodes one token at a time."""
+    import pymtp
+    from pymtp.model import last_row_only
+
+    s = models("glm4moe")
+    prompt = s.tokenize("def f(x):\n    return x * 2 + 1")
+    n = len(prompt)
+    cfg = SamplingConfig() if plain_greedy else SamplingConfig(repetition_penalty=1.0001)
+    with pymtp.TargetContext(s.model, n_ctx=64, n_batch=64, n_threads=1) as t:
+        t.decode(prompt[:-1], 0)
+        rows = t.hidden().copy()
+        with pymtp.DraftContext(t, n_batch=64, n_threads=1) as ctx:
+            d = MTPDrafter(ctx)
+            d.observe(prompt[:-1], 0, rows)
+            draft = d.propose(prompt[-1], n - 1, 2, Sampler(cfg, n_vocab=s.model.n_vocab), prompt)
+        with pymtp.DraftContext(t, n_batch=64, n_threads=1) as ref:
+            for p in range(1, n - 1):
+                ref.decode([prompt[p]], p, rows[p - 1], output=last_row_only(1))
+            ref.decode([prompt[-1]], n - 1, rows[n - 2])
+            t1 = int(np.argmax(ref.logits()[-1]))
+            ref.decode([t1], n, ref.hidden()[0].copy())
+            x = ref.logits()[-1].astype(np.float64)
+            t2 = int(np.argmax(x))
+            conf2 = 1.0 / np.exp(x - x[t2]).sum()
+    # the fixture head's argmax barely depends on the hidden row; its probabilities do
+    assert draft.tokens == [t1, t2]
+    assert abs(draft.confidence[1] - conf2) < 1e-4 * conf2, (draft.confidence, conf2)

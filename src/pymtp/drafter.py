@@ -6,9 +6,11 @@ the accepted text: every token the target accepts is fed to the head with the
 hidden row one position earlier, lazily, in the same decode as the next draft.
 
 Two modes:
-* one head (glm4moe, qwen35, deepseek...): the first draft decode carries the
-  not-yet-fed accepted tokens plus the last token (one call), then the head
-  recurses on its own hidden output, one token per call;
+* one head (glm4moe, qwen35, deepseek...): a one-token draft is one decode of the
+  not-yet-fed accepted tokens plus the last token; a longer draft feeds the queue
+  first and decodes the last token alone (its hidden row seeds the recursion, and
+  llama.cpp's masked nextn rows are a decode's first rows), then the head recurses
+  on its own hidden output, one token per call;
 * chained heads (step35): head i drafts token i+1; each head keeps its own
   KV layer, so accepted tokens are fed once per head, and draft step i
   re-decodes the drafted prefix with head i (as llama.cpp's driver does).
@@ -163,7 +165,7 @@ class MTPDrafter(Drafter):
         n = len(self._feed)
         if n == 0:
             return
-        out = last_row_only(n)
+        out = np.zeros(n, dtype=np.uint8)       # no logits: these rows only fill the KV
         for head in range(self.n_heads if self.chained else 1):
             if self.chained:
                 # Each head writes only its own KV layer, so the positions are decoded once
@@ -186,7 +188,12 @@ class MTPDrafter(Drafter):
         if self.chained:
             return self._propose_chained(last_token, n_past, min(k, self.n_heads), sampler, history, p_min)
         draft = Draft(q_in_sampler=not sampler.config.greedy)
-        # One call: the queued accepted tokens plus last_token, output on the last row only.
+        if k > 1:
+            # The recursion needs the hidden row of last_token, but in llama.cpp's masked nextn
+            # mode a decode returns the first rows of the batch (many MTP graphs, glm4moe's
+            # among them, keep every row of h_nextn), so last_token is decoded on its own.
+            self._flush()
+        # One call: the queued accepted tokens (if any) plus last_token, output on the last row only.
         tokens = self._feed + [last_token]
         n = len(tokens)
         self.ctx.decode(tokens, self._kv_end, self._rows[0], self._rows[1:n], output=last_row_only(n))
