@@ -114,16 +114,16 @@ def test_completion_matches_library(client, models):
 
 def test_completion_plain_and_token_prompt(client, served):
     toks = served.model.tokenize("hello")
-    r1 = client.completions.create(model="x", prompt=toks, max_tokens=8, extra_body={"speculative": False})
-    r2 = client.completions.create(model="x", prompt="hello", max_tokens=8)
+    r1 = client.completions.create(model="fixture-chat", prompt=toks, max_tokens=8, extra_body={"speculative": False})
+    r2 = client.completions.create(model="fixture-chat", prompt="hello", max_tokens=8)
     assert r1.choices[0].text == r2.choices[0].text
     assert r1.model_extra["pymtp"]["speculative"] is False
     assert r1.model_extra["pymtp"]["acceptance_by_position"] == []
 
 
 def test_completion_stream(client):
-    full = client.completions.create(model="x", prompt="The cat", max_tokens=20)
-    chunks = list(client.completions.create(model="x", prompt="The cat", max_tokens=20, stream=True,
+    full = client.completions.create(model="fixture-chat", prompt="The cat", max_tokens=20)
+    chunks = list(client.completions.create(model="fixture-chat", prompt="The cat", max_tokens=20, stream=True,
                                             stream_options={"include_usage": True}))
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text == full.choices[0].text
@@ -147,8 +147,8 @@ def test_chat_completion(client, served):
 
 def test_chat_completion_stream(client):
     messages = [{"role": "user", "content": "Tell me a story"}]
-    full = client.chat.completions.create(model="x", messages=messages, max_completion_tokens=16)
-    chunks = list(client.chat.completions.create(model="x", messages=messages, max_completion_tokens=16,
+    full = client.chat.completions.create(model="fixture-chat", messages=messages, max_completion_tokens=16)
+    chunks = list(client.chat.completions.create(model="fixture-chat", messages=messages, max_completion_tokens=16,
                                                  stream=True))
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -159,13 +159,13 @@ def test_chat_completion_stream(client):
 
 def test_bad_parameters_are_400(client, served):
     with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(model="x", prompt="hi", max_tokens=4, temperature=-1)
+        client.completions.create(model="fixture-chat", prompt="hi", max_tokens=4, temperature=-1)
     assert e.value.status_code == 400
     assert "temperature" in str(e.value)
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], n=2)
+        client.chat.completions.create(model="fixture-chat", messages=[{"role": "user", "content": "hi"}], n=17)
     with pytest.raises(openai.BadRequestError):
-        client.completions.create(model="x", prompt="hi", max_tokens=0)
+        client.completions.create(model="fixture-chat", prompt="hi", max_tokens=0)
     status, body = post_raw(f"{served.url}/v1/completions", {"prompt": "hi", "top_p": 5})
     assert status == 400
     assert body["error"]["type"] == "invalid_request_error" and body["error"]["param"] == "top_p"
@@ -177,24 +177,24 @@ def test_bad_parameters_are_400(client, served):
 
 
 def test_context_full_maps_to_length(client):
-    r = client.completions.create(model="x", prompt="z" * 500, max_tokens=24)
+    r = client.completions.create(model="fixture-chat", prompt="z" * 500, max_tokens=24)
     assert r.choices[0].finish_reason == "length"
     assert r.model_extra["pymtp"]["finish_reason"] == "context"
     with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(model="x", prompt="z" * 600, max_tokens=4)
+        client.completions.create(model="fixture-chat", prompt="z" * 600, max_tokens=4)
     assert "context" in str(e.value)
 
 
 def test_concurrent_requests_are_serialized(client):
-    ref = client.completions.create(model="x", prompt="abc", max_tokens=16).choices[0].text
+    ref = client.completions.create(model="fixture-chat", prompt="abc", max_tokens=16).choices[0].text
     out: list = [None, None]
 
     def one(i: int) -> None:
         if i == 0:
-            chunks = client.completions.create(model="x", prompt="abc", max_tokens=16, stream=True)
+            chunks = client.completions.create(model="fixture-chat", prompt="abc", max_tokens=16, stream=True)
             out[i] = "".join(c.choices[0].text for c in chunks if c.choices)
         else:
-            out[i] = client.completions.create(model="x", prompt="abc", max_tokens=16).choices[0].text
+            out[i] = client.completions.create(model="fixture-chat", prompt="abc", max_tokens=16).choices[0].text
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
     for t in threads:
@@ -206,7 +206,7 @@ def test_concurrent_requests_are_serialized(client):
 
 def test_chat_without_template_is_400(models):
     model = models("glm4moe")
-    with _Server(create_app(model)) as srv:
+    with _Server(create_app(model, model_name="x")) as srv:
         c = srv.client()
         with pytest.raises(openai.BadRequestError) as e:
             c.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
@@ -216,12 +216,12 @@ def test_chat_without_template_is_400(models):
 
 
 def test_client_disconnect_mid_stream(client):
-    ref = client.completions.create(model="x", prompt="abc", max_tokens=16).choices[0].text
-    s = client.completions.create(model="x", prompt="The", max_tokens=400, stream=True,
+    ref = client.completions.create(model="fixture-chat", prompt="abc", max_tokens=16).choices[0].text
+    s = client.completions.create(model="fixture-chat", prompt="The", max_tokens=400, stream=True,
                                   extra_body={"ignore_eos": True})
     next(iter(s))
     s.close()  # the server stops that generation after its current step
-    assert client.completions.create(model="x", prompt="abc", max_tokens=16).choices[0].text == ref
+    assert client.completions.create(model="fixture-chat", prompt="abc", max_tokens=16).choices[0].text == ref
 
 
 def test_app_on_a_model_has_a_session_of_its_own(models):

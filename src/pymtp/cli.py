@@ -201,15 +201,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", formatter_class=fmt, help="an OpenAI-compatible HTTP server (needs pymtp[server])",
                        description="Serve one model over an OpenAI-compatible API: /v1/completions, "
-                                   "/v1/chat/completions (both with stream=true), /v1/models. Requests "
-                                   "are served one at a time. Needs: pip install 'pymtp[server]'.",
-                       epilog="examples:\n  pymtp serve -m model.gguf --port 8000\n\n"
+                                   "/v1/chat/completions (both with stream=true), /v1/models, and /health, "
+                                   "/metrics (Prometheus). Generations run one at a time. "
+                                   "Needs: pip install 'pymtp[server]'.",
+                       epilog="examples:\n  pymtp serve -m model.gguf --port 8000 --model-name mymodel\n"
+                              "  PYMTP_API_KEY=secret pymtp serve -m model.gguf --host 0.0.0.0\n\n"
                               "  from openai import OpenAI\n"
                               "  client = OpenAI(base_url='http://127.0.0.1:8000/v1', api_key='none')\n"
-                              "  client.chat.completions.create(model='model', messages=[...])\n")
+                              "  client.chat.completions.create(model='mymodel', messages=[...])\n")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    s.add_argument("--model-name", metavar="ID", help="the model id clients see (default: the file name)")
+    s.add_argument("--model-name", metavar="ID",
+                   help="the model id clients see and must send (or omit) in 'model' (default: the file's stem)")
+    s.add_argument("--api-key", metavar="KEY", default=None,
+                   help="require 'Authorization: Bearer KEY' on /v1 (default: $PYMTP_API_KEY; none: open)")
+    s.add_argument("--temperature", type=float, default=None, metavar="T",
+                   help="temperature when a request gives none (default 0: greedy; OpenAI's is 1)")
     s.add_argument("--template", metavar="NAME", help="chat template override (e.g. chatml)")
     s.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help="default max_tokens when a request gives none (default 256)")
@@ -445,7 +452,16 @@ def cmd_serve(args) -> int:
         defaults = {"speculative": False} if (args.no_spec or args.no_mtp or not mtp) else {}
         if args.max_tokens is not None:
             defaults["max_tokens"] = args.max_tokens
-        app = create_app(session, model_name=args.model_name, chat_template=args.template, defaults=defaults)
+        if args.temperature is not None:
+            if not 0.0 <= args.temperature <= 2.0:
+                raise CliError(f"--temperature must be in [0, 2], got {args.temperature}")
+            defaults["temperature"] = args.temperature
+        api_key = args.api_key if args.api_key is not None else os.environ.get("PYMTP_API_KEY")
+        try:
+            app = create_app(session, model_name=args.model_name, chat_template=args.template,
+                             defaults=defaults, api_key=api_key)
+        except ValueError as e:
+            raise CliError(str(e)) from None
         serve(app, host=args.host, port=args.port, log_level=args.log_level)
         return EXIT_OK
     finally:

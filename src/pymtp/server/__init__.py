@@ -1,29 +1,34 @@
 """An OpenAI-compatible HTTP server for one model (``pymtp serve``; needs ``pip install 'pymtp[server]'``).
 
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both with
-``"stream": true`` for server-sent events), ``GET /v1/models``, ``GET /health``.
+``"stream": true`` for server-sent events, and ``n`` choices), ``GET /v1/models``,
+``GET /health`` and ``GET /metrics`` (Prometheus text). ``model`` in a request is the
+served id or left out (another id is a 404); ``create_app(..., api_key=KEY)`` makes
+every /v1 request need ``Authorization: Bearer KEY``.
 
     from pymtp.server import create_app, serve
     app = create_app(pymtp.load("model.gguf"))
     serve(app, port=8000)          # or: uvicorn.run(app, ...)
 
-Requests run one at a time (an asyncio lock; generation runs in a worker
-thread, so the event loop stays responsive). Responses carry the standard
+Generations run one at a time (an asyncio lock; generation runs in a worker
+thread, so the event loop stays responsive); the n choices of a request run in turn. Responses carry the standard
 ``usage`` and a ``pymtp`` extension object with the speculation stats::
 
     "pymtp": {"acceptance_rate": 0.62, "mean_accepted": 1.4, "tokens_per_second": 88.1,
               "acceptance_by_position": [0.8, 0.6, 0.4], ...}
 
-Sampling defaults are pymtp's (greedy unless ``temperature`` is given), not
-OpenAI's. Extensions accepted in the body: ``top_k``, ``min_p``,
-``repetition_penalty``, ``ignore_eos``, ``speculative`` (bool), ``n_draft``.
-Unsupported OpenAI features (``n`` > 1, ``logprobs``, ``echo``, ``suffix``,
-``tools``, penalties other than 0, ``logit_bias``) are refused with HTTP 400.
+Sampling defaults are pymtp's (greedy unless ``temperature`` is given, or the
+server's ``defaults`` say otherwise), not OpenAI's temperature 1. Extensions accepted
+in the body: ``top_k``, ``min_p``, ``repetition_penalty``, ``ignore_eos``,
+``speculative`` (bool), ``n_draft``. Unsupported OpenAI features (``logprobs``,
+``echo``, ``suffix``, ``tools``, penalties other than 0, ``logit_bias``, ``n`` > 16)
+are refused with HTTP 400.
 
-Modules, one job each: ``schemas`` (request bodies), ``errors`` (API errors and
-their JSON), ``jobs`` (a request resolved into a Job), ``runner`` (one generation
-at a time on the Session, in a worker thread), ``responses`` (response bodies and
-stream chunks), ``app`` (routes, ``create_app``, ``serve``).
+Modules, one job each: ``schemas`` (request bodies, parsed from raw JSON), ``errors``
+(API errors and their JSON), ``jobs`` (a request resolved into Jobs, one per choice),
+``runner`` (one generation at a time on the Session, in a worker thread),
+``responses`` (response bodies and stream chunks), ``auth`` (the API key),
+``metrics`` (counters, gauges, the Prometheus text), ``app`` (routes, ``create_app``, ``serve``).
 """
 
 try:

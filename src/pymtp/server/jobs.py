@@ -1,11 +1,13 @@
-"""From a request body to a Job: the prompt, the sampling and speculation settings, the limits.
+"""From a request body to its Jobs (one per choice): the prompt, the sampling and speculation
+settings, the limits.
 
-Unsupported OpenAI features are refused here with a 400 naming the field, before
-anything runs.
+The model id is checked here (an unknown one is a 404), and unsupported OpenAI
+features are refused with a 400 naming the field, before anything runs.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 from pydantic import ValidationError
@@ -14,7 +16,7 @@ from ..chat import chat_prompt, chat_prompt_tokens, end_marker_stops, merge_stop
 from ..config import GenerationConfig, SamplingConfig, SpecConfig
 from ..errors import PymtpError, UnsupportedError
 from ..session import Session
-from .errors import bad_request, validation_error
+from .errors import APIError, bad_request, validation_error
 from .runner import Job
 from .schemas import ChatCompletionRequest, CommonRequest, CompletionRequest
 
@@ -35,16 +37,33 @@ class JobMaker:
         # Fixed per server (one model, one template): computed once, off the request path.
         self.chat_stops = end_marker_stops(session.model, chat_template)
 
-    def completion(self, req: CompletionRequest) -> Job:
-        return self.job(req, self.completion_prompt(req))
+    def completion(self, req: CompletionRequest) -> list[Job]:
+        """The jobs of a completion request, one per choice."""
+        self.check_model(req.model)
+        return self.choices(req, self.job(req, self.completion_prompt(req)))
 
-    def chat(self, req: ChatCompletionRequest) -> Job:
-        return self.job(req, self.chat_prompt(req), self.chat_stops)
+    def chat(self, req: ChatCompletionRequest) -> list[Job]:
+        """The jobs of a chat completion request, one per choice."""
+        self.check_model(req.model)
+        return self.choices(req, self.job(req, self.chat_prompt(req), self.chat_stops))
+
+    def check_model(self, name: str | None) -> None:
+        """The served model's id, or none (null, "" or the field left out), are accepted; others are 404."""
+        if name and name != self.model_id:
+            raise APIError(404, f"The model '{name}' does not exist; this server serves '{self.model_id}' "
+                                "(GET /v1/models)", "model", "not_found_error", "model_not_found")
+
+    @staticmethod
+    def choices(req: CommonRequest, job: Job) -> list[Job]:
+        """n jobs for n choices: each its own generation; choice i samples with seed + i when a seed is given."""
+        n = req.n or 1
+        seed = job.sampling.seed
+        return [job if i == 0 or seed is None else
+                replace(job, sampling=job.sampling.model_copy(update={"seed": seed + i}))
+                for i in range(n)]
 
     def job(self, req: CommonRequest, prompt: Callable[[], list[int]], extra_stop: tuple[str, ...] = ()) -> Job:
         """The Job of req (shared fields) with prompt; extra_stop is added to the request's stops."""
-        if (req.n or 1) != 1:
-            raise bad_request("only n=1 is supported", "n")
         if req.logprobs not in (None, False, 0) or req.top_logprobs:
             raise bad_request("logprobs are not supported", "logprobs")
         if req.logit_bias:

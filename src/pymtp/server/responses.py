@@ -15,10 +15,11 @@ from typing import Any, AsyncIterator
 from fastapi.responses import StreamingResponse
 
 from ..display import stats_dict
-from ..stats import GenerationResult
+from ..stats import GenerationResult, SpecStats
 from .errors import from_exception
 
-__all__ = ["ChatReply", "CompletionReply", "Reply", "finish_reason", "spec_summary", "usage"]
+__all__ = ["ChatReply", "CompletionReply", "Reply", "finish_reason", "merged_stats", "spec_summary", "summary",
+           "usage"]
 
 _FINISH = {"stop": "stop", "length": "length", "context": "length"}
 _SUMMARY = ("acceptance_rate", "mean_accepted", "tokens_per_second", "acceptance_by_position", "tokens_per_step",
@@ -26,13 +27,39 @@ _SUMMARY = ("acceptance_rate", "mean_accepted", "tokens_per_second", "acceptance
 
 
 def spec_summary(result: GenerationResult, speculative: bool) -> dict[str, Any]:
-    """The ``pymtp`` extension object of a response."""
+    """The ``pymtp`` extension object of a response (of one choice)."""
     stats = stats_dict(result.stats)
     return {"speculative": speculative, **{k: stats[k] for k in _SUMMARY}, "finish_reason": result.finish_reason}
 
 
-def usage(result: GenerationResult) -> dict[str, int]:
-    p, c = len(result.prompt_tokens), len(result.tokens)
+def merged_stats(results: list[GenerationResult]) -> SpecStats:
+    """The counters and times of several generations added up."""
+    total = SpecStats()
+    for r in results:
+        s = r.stats
+        for name in ("n_steps", "n_drafted", "n_accepted", "n_emitted", "n_prompt", "t_prefill", "t_draft",
+                     "t_verify", "t_total", "cooldown_steps"):
+            setattr(total, name, getattr(total, name) + getattr(s, name))
+        for mine, theirs in ((total.drafted_at, s.drafted_at), (total.accepted_at, s.accepted_at)):
+            mine.extend([0] * (len(theirs) - len(mine)))
+            for i, n in enumerate(theirs):
+                mine[i] += n
+    return total
+
+
+def summary(results: list[GenerationResult], speculative: bool) -> dict[str, Any]:
+    """The ``pymtp`` object of a whole response: its one choice's, or for n > 1 the stats of all
+    choices added up (without a finish reason) and each choice's in ``choices``."""
+    if len(results) == 1:
+        return spec_summary(results[0], speculative)
+    stats = stats_dict(merged_stats(results))
+    return {"speculative": speculative, **{k: stats[k] for k in _SUMMARY},
+            "choices": [spec_summary(r, speculative) for r in results]}
+
+
+def usage(results: list[GenerationResult]) -> dict[str, int]:
+    """OpenAI's usage: the prompt once, the completion tokens of every choice."""
+    p, c = len(results[0].prompt_tokens), sum(len(r.tokens) for r in results)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 
@@ -53,16 +80,16 @@ class Reply:
 
     # ---- what differs between the endpoints ----
 
-    def choice(self, text: str, finish: str | None) -> dict[str, Any]:
-        """The choice of the whole response."""
+    def choice(self, index: int, text: str, finish: str | None) -> dict[str, Any]:
+        """A choice of the whole response."""
         raise NotImplementedError
 
-    def chunk_choice(self, text: str | None, finish: str | None) -> dict[str, Any]:
+    def chunk_choice(self, index: int, text: str | None, finish: str | None) -> dict[str, Any]:
         """The choice of a stream chunk (text None: the closing chunk)."""
         raise NotImplementedError
 
-    def opening(self) -> list[dict[str, Any]]:
-        """Chunks sent before the first piece of text."""
+    def opening(self, index: int) -> list[dict[str, Any]]:
+        """Chunks sent before choice index's first piece of text."""
         return []
 
     # ---- the same for both ----
@@ -70,49 +97,57 @@ class Reply:
     def envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model_id, "choices": choices}
 
-    def body(self, result: GenerationResult) -> dict[str, Any]:
-        """The whole (non-streamed) response."""
-        out = self.envelope(self.object, [self.choice(result.text, finish_reason(result))])
-        out["usage"] = usage(result)
-        out["pymtp"] = spec_summary(result, self.speculative)
+    def body(self, results: list[GenerationResult]) -> dict[str, Any]:
+        """The whole (non-streamed) response: one choice per result."""
+        out = self.envelope(self.object, [self.choice(i, r.text, finish_reason(r)) for i, r in enumerate(results)])
+        out["usage"] = usage(results)
+        out["pymtp"] = summary(results, self.speculative)
         return out
 
-    def chunk(self, text: str | None, finish: str | None = None) -> dict[str, Any]:
-        return self.envelope(self.chunk_object, [self.chunk_choice(text, finish)])
+    def chunk(self, index: int, text: str | None, finish: str | None = None) -> dict[str, Any]:
+        return self.envelope(self.chunk_object, [self.chunk_choice(index, text, finish)])
 
-    def closing(self, result: GenerationResult, include_usage: bool) -> list[dict[str, Any]]:
-        """The last chunk (finish reason and stats), then the usage chunk if asked for."""
-        last = self.chunk(None, finish_reason(result))
+    def closing(self, index: int, result: GenerationResult) -> dict[str, Any]:
+        """Choice index's last chunk: its finish reason and stats."""
+        last = self.chunk(index, None, finish_reason(result))
         last["pymtp"] = spec_summary(result, self.speculative)
-        out = [last]
-        if include_usage:
-            u = self.envelope(self.chunk_object, [])
-            u["usage"] = usage(result)
-            out.append(u)
-        return out
+        return last
 
-    def streaming(self, first: tuple[str, object], items: AsyncIterator[tuple[str, object]],
-                  include_usage: bool) -> StreamingResponse:
-        """Server-sent events from the runner's items (first already taken); closes items at the end."""
+    def streaming(self, first: tuple[int, str, object], items: AsyncIterator[tuple[int, str, object]],
+                  include_usage: bool, on_error=None) -> StreamingResponse:
+        """Server-sent events from the runner's (choice index, kind, value) items (first already taken);
+        closes items at the end. Each choice's chunks carry its index; the choices come in turn. An error
+        after the stream started is reported in-band and passed to on_error (the APIError)."""
 
         async def events():
-            item = first
+            item, results, opened = first, [], set()
             try:
-                for c in self.opening():
-                    yield sse(c)
                 while True:
-                    kind, value = item
+                    index, kind, value = item
+                    if index not in opened:
+                        opened.add(index)
+                        for c in self.opening(index):
+                            yield sse(c)
                     if kind == "piece":
                         if value:
-                            yield sse(self.chunk(value))
+                            yield sse(self.chunk(index, value))
                     elif kind == "done":
-                        for c in self.closing(value, include_usage):
-                            yield sse(c)
-                        break
+                        results.append(value)
+                        yield sse(self.closing(index, value))
                     else:  # an error after the stream started: reported in-band
-                        yield sse(from_exception(value).body())
+                        err = from_exception(value)
+                        if on_error is not None:
+                            on_error(err)
+                        yield sse(err.body())
                         break
-                    item = await items.__anext__()
+                    try:
+                        item = await items.__anext__()
+                    except StopAsyncIteration:
+                        if include_usage and results:
+                            u = self.envelope(self.chunk_object, [])
+                            u["usage"] = usage(results)
+                            yield sse(u)
+                        break
                 yield "data: [DONE]\n\n"
             finally:
                 await items.aclose()
@@ -126,11 +161,11 @@ class CompletionReply(Reply):
 
     prefix, object, chunk_object = "cmpl", "text_completion", "text_completion"
 
-    def choice(self, text: str, finish: str | None) -> dict[str, Any]:
-        return {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
+    def choice(self, index: int, text: str, finish: str | None) -> dict[str, Any]:
+        return {"text": text, "index": index, "logprobs": None, "finish_reason": finish}
 
-    def chunk_choice(self, text: str | None, finish: str | None) -> dict[str, Any]:
-        return self.choice(text or "", finish)
+    def chunk_choice(self, index: int, text: str | None, finish: str | None) -> dict[str, Any]:
+        return self.choice(index, text or "", finish)
 
 
 class ChatReply(Reply):
@@ -138,16 +173,16 @@ class ChatReply(Reply):
 
     prefix, object, chunk_object = "chatcmpl", "chat.completion", "chat.completion.chunk"
 
-    def choice(self, text: str, finish: str | None) -> dict[str, Any]:
-        return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+    def choice(self, index: int, text: str, finish: str | None) -> dict[str, Any]:
+        return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": None,
                 "finish_reason": finish}
 
-    def chunk_choice(self, text: str | None, finish: str | None) -> dict[str, Any]:
+    def chunk_choice(self, index: int, text: str | None, finish: str | None) -> dict[str, Any]:
         delta = {"content": text} if text is not None else {}
-        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
 
-    def opening(self) -> list[dict[str, Any]]:
-        role = self.chunk("")
+    def opening(self, index: int) -> list[dict[str, Any]]:
+        role = self.chunk(index, "")
         role["choices"][0]["delta"] = {"role": "assistant", "content": ""}
         return [role]
 

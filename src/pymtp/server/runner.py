@@ -3,7 +3,8 @@
 The event loop stays responsive while a generation runs; requests queue on an
 asyncio lock that the worker thread releases only when its generation has really
 ended, so a client that disconnects mid-stream cannot make two generations
-overlap on the session's contexts.
+overlap on the session's contexts. A request for n choices runs n jobs in turn
+(``stream_choices``); each takes the lock for itself.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..config import GenerationConfig, SamplingConfig, SpecConfig
 from ..generate import TextStream
 from ..session import Session
 from ..stats import GenerationResult
+from .metrics import Metrics
 
 __all__ = ["Job", "Runner"]
 
@@ -40,9 +42,10 @@ class Job:
 class Runner:
     """Serializes generations on a Session; each runs in its own worker thread."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, metrics: Metrics | None = None) -> None:
         self.session = session
         self.lock = asyncio.Lock()
+        self.metrics = metrics or Metrics()
 
     async def run(self, job: Job) -> GenerationResult:
         """Run job to its end; its result (or its exception, raised here)."""
@@ -59,7 +62,13 @@ class Runner:
 
         Closing the iterator early stops the generation after its current step."""
         loop = asyncio.get_running_loop()
-        await self.lock.acquire()
+        metrics = self.metrics
+        metrics.add("queue_depth", 1)
+        try:
+            await self.lock.acquire()
+        finally:
+            metrics.add("queue_depth", -1)
+        metrics.add("running", 1)
         queue: asyncio.Queue = asyncio.Queue()
         cancel = threading.Event()
 
@@ -67,7 +76,7 @@ class Runner:
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
         def work() -> None:
-            s = None
+            s, end = None, None
             try:
                 s = TextStream(self.session, job.prompt(), job.sampling, job.spec, job.limits)
                 for piece in s:
@@ -75,18 +84,27 @@ class Runner:
                         break
                     put(("piece", piece))
                 else:
-                    put(("done", s.result))
+                    metrics.generation_done(s.result)
+                    end = ("done", s.result)
             except BaseException as e:  # noqa: BLE001 - handed to the event loop
-                put(("error", e))
+                end = ("error", e)
             finally:
                 if s is not None:
                     try:
                         s.close()
                     except Exception:  # pragma: no cover
                         pass
+                metrics.add("running", -1)          # before the outcome is handed over: gauges are exact then
+                if end is not None:
+                    put(end)
                 loop.call_soon_threadsafe(self.lock.release)
 
-        threading.Thread(target=work, name="pymtp-generate", daemon=True).start()
+        try:
+            threading.Thread(target=work, name="pymtp-generate", daemon=True).start()
+        except BaseException:
+            metrics.add("running", -1)
+            self.lock.release()
+            raise
         try:
             while True:
                 item = await queue.get()
@@ -95,3 +113,17 @@ class Runner:
                     return
         finally:
             cancel.set()
+
+    async def stream_choices(self, jobs: list[Job]) -> AsyncIterator[tuple[int, str, object]]:
+        """(choice index, kind, value) of each job's stream in turn; stops after an error.
+
+        Closing it early stops the running generation and starts no other."""
+        for i, job in enumerate(jobs):
+            items = self.stream(job)
+            try:
+                async for kind, value in items:
+                    yield i, kind, value
+                    if kind == "error":
+                        return
+            finally:
+                await items.aclose()

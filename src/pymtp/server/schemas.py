@@ -1,12 +1,49 @@
-"""Request bodies of the OpenAI-compatible API (pydantic; unknown fields are ignored)."""
+"""Request bodies of the OpenAI-compatible API (pydantic; unknown fields are ignored), and parse_body.
+
+The routes parse their bodies here rather than through FastAPI's body parameters, so
+that any content type is read as JSON (``curl -d`` sends form-encoded) and a body that
+is not JSON gets a 400 naming where it breaks (line, column and character offset).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+import json
+from typing import Any, Optional, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["ChatCompletionRequest", "ChatMessage", "CommonRequest", "CompletionRequest"]
+from .errors import bad_request, validation_error
+
+__all__ = ["ChatCompletionRequest", "ChatMessage", "CommonRequest", "CompletionRequest", "parse_body"]
+
+#: The most choices one request may ask for (each choice is a generation of its own, run in turn).
+MAX_N = 16
+
+R = TypeVar("R", bound=BaseModel)
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
+               type(None): "null"}
+
+
+def parse_body(raw: bytes, cls: type[R]) -> R:
+    """The request body raw as a cls; a 400 (APIError) when it is empty, not JSON, or invalid."""
+    if not raw.strip():
+        raise bad_request("the request body is empty: send a JSON object")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise bad_request(f"the request body is not UTF-8: byte {e.start} (0x{raw[e.start]:02x})") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise bad_request(f"the request body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno} "
+                          f"(char {e.pos})", code="invalid_json") from None
+    if not isinstance(obj, dict):
+        kind = _JSON_TYPES.get(type(obj), type(obj).__name__)
+        raise bad_request(f"the request body must be a JSON object, not {kind}")
+    try:
+        return cls.model_validate(obj)
+    except ValidationError as e:
+        raise validation_error(e.errors()) from None
 
 
 class CommonRequest(BaseModel):
@@ -18,7 +55,7 @@ class CommonRequest(BaseModel):
     max_tokens: Optional[int] = Field(None, ge=1)
     temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
-    n: Optional[int] = Field(None, ge=1)
+    n: Optional[int] = Field(None, ge=1, le=MAX_N)
     stream: Optional[bool] = False
     stream_options: Optional[dict[str, Any]] = None
     stop: Optional[Union[str, list[str]]] = None
