@@ -320,3 +320,23 @@ def test_an_error_inside_a_stream_is_reported_and_counted(served):
         m = metrics_of(srv.url)
         assert m[("pymtp_requests_total", (("endpoint", "/v1/completions"), ("outcome", "server_error")))] == 1
         assert ("pymtp_requests_total", (("endpoint", "/v1/completions"), ("outcome", "ok"))) not in m
+
+
+def test_logit_bias_and_penalties_reach_the_sampler(served, client):
+    prompt = "def f(x"
+    plain = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=0)
+    tokens = pymtp.generate(prompt, served.model, max_tokens=6, speculative=False).tokens
+    # a bias of -100 on the greedy first token makes the model say something else
+    other = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=0,
+                                      logit_bias={str(tokens[0]): -100})
+    assert served.model.detokenize(tokens) == plain.choices[0].text
+    assert other.choices[0].text != plain.choices[0].text
+    # a large presence penalty keeps greedy output from repeating a token within the window
+    pen = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0, presence_penalty=2.0,
+                                    extra_body={"ignore_eos": True})
+    assert pen.choices[0].text
+    status, _, body = call(served.url + "/v1/completions", {"model": MODEL, "prompt": prompt, "logit_bias": {"x": 1}})
+    assert status == 400 and error_of(body)["param"] == "logit_bias"
+    status, _, body = call(served.url + "/v1/completions",
+                           {"model": MODEL, "prompt": prompt, "logit_bias": {str(served.model.n_vocab): 1}})
+    assert status == 400 and "outside the vocabulary" in error_of(body)["message"]

@@ -160,23 +160,23 @@ def _find_stop(text: str, stops: tuple[str, ...], sent: int) -> int | None:
     return min(hits) if hits else None
 
 
-def _configs(max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed, stop, ignore_eos):
-    sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                              repetition_penalty=repetition_penalty, seed=seed)
+def _configs(max_tokens, stop, ignore_eos, **sampling):
     limits = GenerationConfig(max_tokens=max_tokens, stop=stop if stop is not None else (), ignore_eos=ignore_eos)
-    return sampling, limits
+    return SamplingConfig(**sampling), limits
 
 
 def stream(prompt: str | Sequence[int], model: ModelLike = None, *,
            max_tokens: int = 256, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-           min_p: float = 0.0, repetition_penalty: float = 1.0, seed: int | None = None,
+           min_p: float = 0.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
+           frequency_penalty: float = 0.0, logit_bias: dict[int, float] | None = None, seed: int | None = None,
            stop: str | Sequence[str] | None = None, ignore_eos: bool = False,
            speculative: bool | SpecConfig | dict = True) -> TextStream:
     """Like generate(), but yields text pieces as they are accepted.
 
     The GenerationResult is on the stream's `.result` once it is exhausted."""
-    sampling, limits = _configs(max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed,
-                                stop, ignore_eos)
+    sampling, limits = _configs(max_tokens, stop, ignore_eos, temperature=temperature, top_k=top_k, top_p=top_p,
+                                min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+                                frequency_penalty=frequency_penalty, logit_bias=logit_bias or (), seed=seed)
     spec = _spec_config(speculative)
     session, made = as_session(model)
     try:
@@ -189,17 +189,21 @@ def stream(prompt: str | Sequence[int], model: ModelLike = None, *,
 
 def generate(prompt: str | Sequence[int], model: ModelLike = None, *,
              max_tokens: int = 256, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-             min_p: float = 0.0, repetition_penalty: float = 1.0, seed: int | None = None,
+             min_p: float = 0.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
+             frequency_penalty: float = 0.0, logit_bias: dict[int, float] | None = None, seed: int | None = None,
              stop: str | Sequence[str] | None = None, ignore_eos: bool = False,
              speculative: bool | SpecConfig | dict = True) -> GenerationResult:
     """Generate a continuation of prompt (text or token ids).
 
     model: a Session from pymtp.load() (its contexts are reused), a Model, a GGUF
-    path, or None for the default model. temperature 0 is greedy. speculative: True (MTP drafting with
+    path, or None for the default model. temperature 0 is greedy. presence_penalty and
+    frequency_penalty (OpenAI's) and repetition_penalty count the last 64 tokens; logit_bias
+    maps token ids to values added to their logits. speculative: True (MTP drafting with
     the default SpecConfig), False (plain decoding), or a SpecConfig.
     """
     s = stream(prompt, model, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-               min_p=min_p, repetition_penalty=repetition_penalty, seed=seed, stop=stop,
+               min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+               frequency_penalty=frequency_penalty, logit_bias=logit_bias, seed=seed, stop=stop,
                ignore_eos=ignore_eos, speculative=speculative)
     # Hold the session for the whole generation: calls from other threads wait their turn.
     # (A paused stream() gives way instead: a generation that starts meanwhile makes it

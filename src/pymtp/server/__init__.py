@@ -20,9 +20,10 @@ thread, so the event loop stays responsive); the n choices of a request run in t
 Sampling defaults are pymtp's (greedy unless ``temperature`` is given, or the
 server's ``defaults`` say otherwise), not OpenAI's temperature 1. Extensions accepted
 in the body: ``top_k``, ``min_p``, ``repetition_penalty``, ``ignore_eos``,
-``speculative`` (bool), ``n_draft``. Unsupported OpenAI features (``logprobs``,
-``echo``, ``suffix``, ``tools``, penalties other than 0, ``logit_bias``, ``n`` > 16)
-are refused with HTTP 400.
+``speculative`` (bool), ``n_draft``. ``presence_penalty``, ``frequency_penalty`` and
+``logit_bias`` are OpenAI's, except that the penalties count the last 64 tokens
+(``repetition_window``), not the whole text. Unsupported OpenAI features (``logprobs``,
+``echo``, ``suffix``, ``tools``, ``n`` > 16) are refused with HTTP 400.
 
 Modules, one job each: ``schemas`` (request bodies, parsed from raw JSON), ``errors``
 (API errors and their JSON), ``jobs`` (a request resolved into Jobs, one per choice),

@@ -66,11 +66,16 @@ class JobMaker:
         """The Job of req (shared fields) with prompt; extra_stop is added to the request's stops."""
         if req.logprobs not in (None, False, 0) or req.top_logprobs:
             raise bad_request("logprobs are not supported", "logprobs")
-        if req.logit_bias:
-            raise bad_request("logit_bias is not supported", "logit_bias")
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(req, name):
-                raise bad_request(f"{name} is not supported (use repetition_penalty)", name)
+        bias = {}
+        for key, value in (req.logit_bias or {}).items():
+            try:
+                token = int(key)
+            except ValueError:
+                raise bad_request(f"logit_bias keys are token ids; got {key!r}", "logit_bias") from None
+            if not 0 <= token < self.session.model.n_vocab:
+                raise bad_request(f"logit_bias: token {token} is outside the vocabulary "
+                                  f"(0..{self.session.model.n_vocab - 1})", "logit_bias")
+            bias[token] = value
         stops = merge_stops(req.stop, extra_stop)
         if any(s == "" for s in stops):
             raise bad_request("stop strings must not be empty", "stop")
@@ -88,7 +93,9 @@ class JobMaker:
         try:
             sampling = SamplingConfig(temperature=pick("temperature", 0.0), top_k=pick("top_k", 0),
                                       top_p=pick("top_p", 1.0), min_p=pick("min_p", 0.0),
-                                      repetition_penalty=pick("repetition_penalty", 1.0), seed=req.seed)
+                                      repetition_penalty=pick("repetition_penalty", 1.0),
+                                      presence_penalty=req.presence_penalty or 0.0,
+                                      frequency_penalty=req.frequency_penalty or 0.0, logit_bias=bias, seed=req.seed)
             limits = GenerationConfig(max_tokens=req.token_limit() or self.defaults.get("max_tokens",
                                                                                          DEFAULT_MAX_TOKENS),
                                       stop=tuple(stops), ignore_eos=pick("ignore_eos", False))
