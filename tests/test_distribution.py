@@ -182,15 +182,18 @@ class Coverage:
 
 
 def sample_continuations(session, prompt: list[int], sampling: SamplingConfig, spec: SpecConfig | None,
-                         depth: int, n: int, seed: int, verify=None, coverage: Coverage | None = None) -> Counter:
+                         depth: int, n: int, seed: int, verify=None, coverage: Coverage | None = None,
+                         constraint=None) -> Counter:
     """n continuations of depth tokens; the speculator reseeded for each (seed * 100000 + i).
-    verify: a replacement for Sampler.verify (a wrong rule), bound to each sample's sampler."""
+    verify: a replacement for Sampler.verify (a wrong rule), bound to each sample's sampler.
+    constraint: a callable making each sample's TokenConstraint."""
     out: Counter = Counter()
     end = len(prompt) + depth
     with session.lock:
         spec_ = session.speculator(sampling, spec)
         for i in range(n):
-            spec_.start(prompt, sampling.model_copy(update={"seed": seed * 100_000 + i}))
+            spec_.start(prompt, sampling.model_copy(update={"seed": seed * 100_000 + i}),
+                        constraint=constraint() if constraint else None)
             if coverage is not None and spec_.stats.n_reused > 0:
                 coverage.reused_starts += 1
             if verify is not None:

@@ -14,6 +14,7 @@ from typing import Iterator, Sequence
 from .config import GenerationConfig, SamplingConfig, SpecConfig
 from .errors import InvalidHandleError, PymtpError
 from .model import Model
+from .sampling import TokenConstraint
 from .session import Session, as_session
 from .stats import GenerationResult
 
@@ -52,8 +53,10 @@ class TextStream:
     string is held back until it is known not to be one."""
 
     def __init__(self, session: Session, prompt: str | Sequence[int], sampling: SamplingConfig,
-                 spec: SpecConfig | None, limits: GenerationConfig, *, owns_session: bool = False) -> None:
+                 spec: SpecConfig | None, limits: GenerationConfig, *, owns_session: bool = False,
+                 constraint: TokenConstraint | None = None) -> None:
         self.session = session
+        self.constraint = constraint
         self.result: GenerationResult | None = None
         self.owns_session = owns_session     # a session made for this one stream: closed with it
         model = session.model
@@ -108,7 +111,7 @@ class TextStream:
                                  "(leave room for at least one new token)")
             session.generation += 1
             my_generation = session.generation
-            spec_.start(prompt_tokens)
+            spec_.start(prompt_tokens, constraint=self.constraint)
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         stops = limits.stop
         hold = max((len(s) for s in stops), default=1) - 1
@@ -141,6 +144,8 @@ class TextStream:
                 if len(out) >= limits.max_tokens:
                     finish = "length"
                     break
+            if finish is None and self.constraint is not None and self.constraint.is_terminated():
+                finish = "stop"          # the constrained output is complete
             if finish is None and spec_.room() < 1:
                 finish = "context"
             if finish is not None and cut is None:
@@ -170,7 +175,7 @@ def stream(prompt: str | Sequence[int], model: ModelLike = None, *,
            min_p: float = 0.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
            frequency_penalty: float = 0.0, logit_bias: dict[int, float] | None = None, seed: int | None = None,
            stop: str | Sequence[str] | None = None, ignore_eos: bool = False,
-           speculative: bool | SpecConfig | dict = True) -> TextStream:
+           speculative: bool | SpecConfig | dict = True, constraint: TokenConstraint | None = None) -> TextStream:
     """Like generate(), but yields text pieces as they are accepted.
 
     The GenerationResult is on the stream's `.result` once it is exhausted."""
@@ -180,7 +185,7 @@ def stream(prompt: str | Sequence[int], model: ModelLike = None, *,
     spec = _spec_config(speculative)
     session, made = as_session(model)
     try:
-        return TextStream(session, prompt, sampling, spec, limits, owns_session=made)
+        return TextStream(session, prompt, sampling, spec, limits, owns_session=made, constraint=constraint)
     except BaseException:
         if made:
             session.close()
@@ -192,19 +197,22 @@ def generate(prompt: str | Sequence[int], model: ModelLike = None, *,
              min_p: float = 0.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
              frequency_penalty: float = 0.0, logit_bias: dict[int, float] | None = None, seed: int | None = None,
              stop: str | Sequence[str] | None = None, ignore_eos: bool = False,
-             speculative: bool | SpecConfig | dict = True) -> GenerationResult:
+             speculative: bool | SpecConfig | dict = True, constraint: TokenConstraint | None = None) -> GenerationResult:
     """Generate a continuation of prompt (text or token ids).
 
     model: a Session from pymtp.load() (its contexts are reused), a Model, a GGUF
     path, or None for the default model. temperature 0 is greedy. presence_penalty and
     frequency_penalty (OpenAI's) and repetition_penalty count the last 64 tokens; logit_bias
     maps token ids to values added to their logits. speculative: True (MTP drafting with
-    the default SpecConfig), False (plain decoding), or a SpecConfig.
+    the default SpecConfig), False (plain decoding), or a SpecConfig. constraint: masks every
+    generated token (a pymtp.sampling.TokenConstraint, e.g. from pymtp.grammar); the output
+    ends when it is complete. Speculation stays exact under it: drafts and verification are
+    masked alike.
     """
     s = stream(prompt, model, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                frequency_penalty=frequency_penalty, logit_bias=logit_bias, seed=seed, stop=stop,
-               ignore_eos=ignore_eos, speculative=speculative)
+               ignore_eos=ignore_eos, speculative=speculative, constraint=constraint)
     # Hold the session for the whole generation: calls from other threads wait their turn.
     # (A paused stream() gives way instead: a generation that starts meanwhile makes it
     # raise PymtpError when resumed, rather than mix two texts in one KV cache.)

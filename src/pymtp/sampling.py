@@ -18,16 +18,43 @@ sampling as before the arithmetic moved to C), which slot holds which draft posi
 arithmetic over each row is native (pymtp_sampler_* in native/shim/sampler.cpp): one call per
 draft token, one per verify batch. A draft's q distributions live in the native sampler's
 slots, slot i for draft position i; drafters fill them through ``row`` or ``point_masses``.
+
+Constrained decoding (a TokenConstraint: a JSON schema, a grammar, your own) masks every
+row on both sides: the head's q at each draft token and the target's p at each verify row,
+each with the constraint's state after the tokens before it. Drafting advances the
+constraint tentatively; verification rolls it back to the accepted prefix and adds the
+emitted token. Masked p and q under the same rule keep speculation exact.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
 from ._native import check, ffi, lib
 from .config import SamplingConfig
+
+
+class TokenConstraint(Protocol):
+    """What constrained decoding asks of a constraint (pymtp.grammar builds them from JSON
+    schemas and grammars; any object with these methods works).
+
+    * ``fill_mask(out)``: the tokens allowed next, as a packed bitmask into ``out`` (uint32 or
+      int32, ceil(n_vocab / 32) words; bit j % 32 of word j // 32 set = token j allowed);
+    * ``accept(token) -> bool``: advance by one token (False: not allowed, state unchanged);
+    * ``rollback(n)``: undo the last n accepted tokens;
+    * ``is_terminated() -> bool``: nothing more may follow (the output is complete).
+    """
+
+    def fill_mask(self, out: np.ndarray) -> None: ...
+    def accept(self, token: int) -> bool: ...
+    def rollback(self, n: int) -> None: ...
+    def is_terminated(self) -> bool: ...
+
+
+def mask_allows(mask: np.ndarray, token: int) -> bool:
+    return bool((int(mask[token >> 5]) >> (token & 31)) & 1)
 
 
 class Sampler:
@@ -46,6 +73,9 @@ class Sampler:
         self._slot_n = ffi.new("int32_t[1]")
         self._slot_ids = ffi.new("int32_t **")
         self._slot_probs = ffi.new("float **")
+        self.constraint: TokenConstraint | None = None
+        self._n_tentative = 0          # draft tokens the constraint holds beyond the accepted text
+        self._masks: np.ndarray | None = None
         self.configure(config)
         if n_vocab:
             self._ensure(n_vocab)
@@ -60,10 +90,30 @@ class Sampler:
         self.penalizes = c.repetition_window > 0 and (
             c.repetition_penalty != 1.0 or c.presence_penalty != 0.0 or c.frequency_penalty != 0.0)
         self._window = c.repetition_window if self.penalizes else 0
-        # greedy with nothing that changes the argmax: a plain argmax will do
-        self.plain_greedy = c.greedy and not self.penalizes and not c.logit_bias
+        self._plain_argmax = c.greedy and not self.penalizes and not c.logit_bias
         if self._native is not None:
             self._push_config()
+
+    @property
+    def plain_greedy(self) -> bool:
+        """Greedy with nothing that changes the argmax (no penalty, bias or constraint)."""
+        return self._plain_argmax and self.constraint is None
+
+    def constrain(self, constraint: TokenConstraint | None) -> None:
+        """Mask every row with this constraint from now on (None: no constraint); it starts
+        at the beginning of the generated text."""
+        self.constraint = constraint
+        self._n_tentative = 0
+        if constraint is not None:
+            if self._native is None:
+                raise ValueError("the sampler does not know the vocabulary yet: give it n_vocab")
+            self._masks = np.zeros((self.n_slots, (self.n_vocab + 31) // 32), dtype=np.uint32)
+
+    def discard_tentative(self) -> None:
+        """Roll the constraint back to the accepted text (a step that failed half-way)."""
+        if self.constraint is not None and self._n_tentative:
+            self.constraint.rollback(self._n_tentative)
+        self._n_tentative = 0
 
     def _ensure(self, n_vocab: int) -> None:
         if self._native is not None and n_vocab == self.n_vocab:
@@ -112,13 +162,25 @@ class Sampler:
         """Slot `slot` = the distribution of one logits row, after history + extra. Returns the
         chosen token (greedy: the argmax; sampling: a draw, or -1 with draw=False) and the
         largest probability (greedy: the argmax's softmax probability; 0.0 with confidence=False,
-        which spares greedy rows a pass over the vocabulary)."""
+        which spares greedy rows a pass over the vocabulary). Under a constraint, a draft slot
+        (slot == the draft tokens so far) is masked and the chosen token advances the
+        constraint tentatively; the last slot (scratch) is masked with the current state."""
         row = self._rows(row)
         hist, n_hist = self._history(history, extra)
         u = self.rng.random() if draw and not self.config.greedy else -1.0
+        mask, drafting = ffi.NULL, False
+        if self.constraint is not None:
+            drafting = slot < self.n_slots - 1
+            if drafting and slot != self._n_tentative:
+                raise ValueError(f"draft slot {slot} under a constraint that holds {self._n_tentative} draft tokens")
+            self.constraint.fill_mask(self._masks[slot])
+            mask = ffi.from_buffer("uint32_t[]", self._masks[slot])
         check(lib.pymtp_sampler_row(self._native, slot, ffi.from_buffer("float[]", row), hist, n_hist,
-                                    ffi.NULL, u, self._tok, self._conf if confidence else ffi.NULL))
-        return int(self._tok[0]), float(self._conf[0]) if confidence else 0.0
+                                    mask, u, self._tok, self._conf if confidence else ffi.NULL))
+        tok = int(self._tok[0])
+        if drafting and tok >= 0 and self.constraint.accept(tok):
+            self._n_tentative += 1
+        return tok, float(self._conf[0]) if confidence else 0.0
 
     def slot_probs(self, slot: int) -> np.ndarray:
         """A slot's distribution over the whole vocabulary (float64, a copy)."""
@@ -181,6 +243,30 @@ class Sampler:
             u = ffi.from_buffer("double[]", self._u)
         tokens = np.asarray(draft, dtype=np.int32)
         hist, n_hist = self._history(history)
+        masks = ffi.NULL if self.constraint is None else ffi.from_buffer("uint32_t[]", self._verify_masks(draft))
         check(lib.pymtp_sampler_verify(self._native, ffi.from_buffer("float[]", rows), ffi.from_buffer("int32_t[]", tokens),
-                                       k, hist, n_hist, ffi.NULL, u, self._n_acc, self._tok, ffi.NULL))
-        return int(self._n_acc[0]), int(self._tok[0])
+                                       k, hist, n_hist, masks, u, self._n_acc, self._tok, ffi.NULL))
+        n_acc, new = int(self._n_acc[0]), int(self._tok[0])
+        if self.constraint is not None:
+            # back to the accepted prefix, then the emitted token (allowed: it was chosen under the mask)
+            self.constraint.rollback(self._n_tentative - n_acc)
+            self._n_tentative = 0
+            self.constraint.accept(new)
+        return n_acc, new
+
+    def _verify_masks(self, draft: Sequence[int]) -> np.ndarray:
+        """Masks for verify rows 0..k: the constraint's state before each draft token and after
+        the last. Rows a drafter masked while drafting are kept; the rest of the draft is walked
+        (a token the constraint refuses ends the walk: its row rejects it, later rows go unread)."""
+        c, k = self.constraint, len(draft)
+        if self._n_tentative > k:                  # a drafter drew tokens it then dropped (p_min)
+            c.rollback(self._n_tentative - k)
+            self._n_tentative = k
+        i = self._n_tentative
+        while i <= k:
+            c.fill_mask(self._masks[i])
+            if i == k or not mask_allows(self._masks[i], draft[i]) or not c.accept(draft[i]):
+                break
+            i += 1
+            self._n_tentative = i
+        return self._masks[: k + 1]

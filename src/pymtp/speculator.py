@@ -42,7 +42,7 @@ from .drafter import Draft, Drafter, DraftPolicy, MTPDrafter
 from .errors import UnsupportedError
 from .model import DraftContext, TargetContext, last_row_only
 from .rollback import rollback_for
-from .sampling import Sampler
+from .sampling import Sampler, TokenConstraint
 from .stats import SpecStats, StepResult
 
 
@@ -89,9 +89,11 @@ class MTPSpeculator:
 
     # ---- prefill ----------------------------------------------------------------------------
 
-    def start(self, prompt: list[int], sampling: SamplingConfig | None = None) -> None:
+    def start(self, prompt: list[int], sampling: SamplingConfig | None = None,
+              constraint: TokenConstraint | None = None) -> None:
         """Begin a generation: prefill the prompt, reusing the cached prefix it shares with the
-        text in the KV caches (see ``reusable_prefix``); the rest is decoded from there."""
+        text in the KV caches (see ``reusable_prefix``); the rest is decoded from there.
+        constraint: masks every generated token (pymtp.grammar; see pymtp.sampling)."""
         if self.state is State.CLOSED:
             raise UnsupportedError("the speculator is closed")
         if not prompt:
@@ -103,6 +105,7 @@ class MTPSpeculator:
             self.sampling = sampling
         self.configure(self.spec)        # a fresh policy, and a rollback with no mark of an earlier text
         self.sampler.configure(self.sampling)      # and a fresh RNG from the seed
+        self.sampler.constrain(constraint)
         self.stats = SpecStats(n_prompt=len(prompt))
         t0 = time.perf_counter()
         keep, why = self.reusable_prefix(prompt)
@@ -199,6 +202,7 @@ class MTPSpeculator:
                 self._prefill(self.tokens[:n_past], 0)
             if self.drafter:
                 self.drafter.reset()
+            self.sampler.discard_tentative()
             self._remember_writes()
             raise
         emitted = draft.tokens[:n_acc] + [new]

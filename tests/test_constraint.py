@@ -1,0 +1,163 @@
+"""Constrained decoding under speculation (pymtp.sampling.TokenConstraint), with a constraint
+written here: the allowed tokens depend on the position (even positions: even token ids, odd
+positions: odd ids), so every mask differs from the next and rollback matters.
+
+* greedy constrained output with speculation equals greedy constrained plain decoding, token for
+  token, on every fixture family and with both drafters, and every token obeys the constraint;
+* constrained sampling with speculation matches the exact constrained distribution (chi-square,
+  as in test_distribution.py), and a rule that masks only the head's q, not the target's p, fails;
+* the output ends when the constraint is complete.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_distribution import (N_SAMPLES, N_THREADS, P_EXACT, Coverage, draw, p_values, q_of,
+                               sample_continuations)
+
+import pymtp
+from pymtp import SamplingConfig, SpecConfig
+from pymtp.model import last_row_only
+from pymtp.sampling import Sampler
+
+
+class Parity:
+    """Position i of the output allows token ids with the parity of i; complete after `length`."""
+
+    def __init__(self, n_vocab: int, length: int = 10_000) -> None:
+        self.n_vocab, self.length = n_vocab, length
+        self.tokens: list[int] = []
+        words = (n_vocab + 31) // 32
+        bits = np.zeros(words * 32, dtype=bool)
+        self._masks = []
+        for parity in (0, 1):
+            bits[:] = False
+            bits[parity:n_vocab:2] = True
+            self._masks.append(np.packbits(bits.reshape(-1, 8)[:, ::-1]).view(np.uint32).copy())
+
+    def allowed(self, pos: int, token: int) -> bool:
+        return token % 2 == pos % 2
+
+    def fill_mask(self, out: np.ndarray) -> None:
+        out[:] = self._masks[len(self.tokens) % 2]
+
+    def accept(self, token: int) -> bool:
+        if self.is_terminated() or not self.allowed(len(self.tokens), token):
+            return False
+        self.tokens.append(token)
+        return True
+
+    def rollback(self, n: int) -> None:
+        assert 0 <= n <= len(self.tokens)
+        del self.tokens[len(self.tokens) - n:]
+
+    def is_terminated(self) -> bool:
+        return len(self.tokens) >= self.length
+
+
+def test_the_parity_mask_layout():
+    c = Parity(70)
+    m = np.zeros(3, dtype=np.uint32)
+    c.fill_mask(m)
+    from pymtp.sampling import mask_allows
+    assert [t for t in range(70) if mask_allows(m, t)] == list(range(0, 70, 2))
+    c.accept(4)
+    c.fill_mask(m)
+    assert [t for t in range(70) if mask_allows(m, t)] == list(range(1, 70, 2))
+
+
+@pytest.mark.parametrize("family", ["glm4moe", "qwen35", "qwen3next", "step35"])
+@pytest.mark.parametrize("drafter", ["mtp", "lookup"])
+def test_greedy_constrained_speculation_equals_constrained_plain_decoding(models, family, drafter):
+    s = models(family)
+    prompt = s.tokenize("def f(x):\n    return x + 1\n\ndef f(x):\n")
+    kw = dict(max_tokens=24, ignore_eos=True)
+    plain = pymtp.generate(prompt, s, speculative=False, constraint=Parity(s.model.n_vocab), **kw)
+    spec = pymtp.generate(prompt, s, speculative={"n_draft": 3, "drafter": drafter, "ngram": 2},
+                          constraint=Parity(s.model.n_vocab), **kw)
+    assert spec.tokens == plain.tokens
+    assert all(t % 2 == i % 2 for i, t in enumerate(spec.tokens))
+    unconstrained = pymtp.generate(prompt, s, speculative=False, **kw)
+    assert unconstrained.tokens != plain.tokens          # the constraint changed something
+    if drafter == "mtp":
+        assert spec.stats.n_drafted > 0
+
+
+def test_the_output_ends_when_the_constraint_is_complete(models):
+    s = models("glm4moe")
+    r = pymtp.generate("def f(x", s, max_tokens=40, ignore_eos=True, constraint=Parity(s.model.n_vocab, length=7))
+    assert len(r.tokens) == 7 and r.finish_reason == "stop"
+
+
+# ---- sampling -------------------------------------------------------------------------------------
+
+TOP_K6 = SamplingConfig(temperature=1.0, top_k=6)
+
+
+def exact_constrained(model, prompt: list[int], sampling: SamplingConfig, depth: int) -> dict[tuple, float]:
+    """The exact distribution of plain constrained sampling's next depth tokens."""
+    sampler = Sampler(sampling, n_vocab=model.n_vocab)
+    out: dict[tuple, float] = {}
+    with pymtp.TargetContext(model, n_ctx=len(prompt) + depth + 8, n_batch=len(prompt) + depth,
+                             n_threads=N_THREADS) as t:
+        def walk(seq: list[int], prob: float) -> None:
+            t.seq_rm(0)
+            t.decode(seq, 0, output=last_row_only(len(seq)))
+            c = Parity(model.n_vocab)
+            for tok in seq[len(prompt):]:
+                assert c.accept(tok)
+            sampler.constrain(c)
+            p = sampler.probs(t.logits()[-1].copy(), seq)
+            for tok in np.flatnonzero(p):
+                key = tuple(seq[len(prompt):]) + (int(tok),)
+                if len(key) == depth:
+                    out[key] = prob * float(p[tok])
+                else:
+                    walk(seq + [int(tok)], prob * float(p[tok]))
+
+        walk(list(prompt), 1.0)
+    return out
+
+
+def _target_unmasked(self, target_rows, draft, draft_probs, history):
+    """Wrong: the head's q is masked, the target's p is not."""
+    free = Sampler(self.config, n_vocab=self.n_vocab)
+    c = self.constraint
+    c.rollback(self._n_tentative)
+    self._n_tentative = 0
+    for i, d in enumerate(draft):
+        p = free.probs(target_rows[i], history + list(draft[:i]))
+        q = q_of(self, draft_probs, i)
+        if self.rng.random() * q[d] < p[d]:
+            c.accept(d)
+            continue
+        residual = np.maximum(p - q, 0.0)
+        new = draw(self.rng, residual / residual.sum() if residual.sum() > 0 else p)
+        c.accept(new)
+        return i, new
+    new = draw(self.rng, free.probs(target_rows[len(draft)], history + list(draft)))
+    c.accept(new)
+    return len(draft), new
+
+
+@pytest.fixture(scope="module")
+def constrained_case(gguf):
+    with pymtp.load(gguf("glm4moe"), n_ctx=64, n_threads=N_THREADS) as s:
+        prompt = s.tokenize("def f(x")
+        yield s, prompt, exact_constrained(s.model, prompt, TOP_K6, 3)
+
+
+def test_constrained_speculative_sampling_keeps_the_distribution(constrained_case):
+    s, prompt, exact = constrained_case
+    assert abs(sum(exact.values()) - 1.0) < 1e-6
+    assert all(t % 2 == i % 2 for key in exact for i, t in enumerate(key))
+    cov = Coverage()
+    spec = SpecConfig(n_draft=2, adaptive=False)
+    make = lambda: Parity(s.model.n_vocab)  # noqa: E731
+    samples = sample_continuations(s, prompt, TOP_K6, spec, 3, N_SAMPLES, seed=3, coverage=cov, constraint=make)
+    assert cov.rejections > 50 and cov.full_accepts > 20, cov
+    assert min(p_values(samples, exact, 3)) > P_EXACT
+    wrong = sample_continuations(s, prompt, TOP_K6, spec, 3, N_SAMPLES, seed=4, constraint=make,
+                                 verify=_target_unmasked)
+    assert min(p_values(wrong, exact, 3)) < P_EXACT
