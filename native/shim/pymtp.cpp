@@ -13,6 +13,7 @@
 #include "llama.h"
 #include "llama-ext.h"
 #include "llama-arch.h"   // internal, reachable because libllama is linked statically
+#include "llama-model.h"  // internal: the head matrix a trimmed draft vocabulary copies rows of
 
 #include <algorithm>
 #include <cmath>
@@ -56,6 +57,9 @@ struct pymtp_ctx {
     std::vector<uint8_t> checkpoint;
     size_t checkpoint_size = 0;
     int32_t checkpoint_seq = -1;
+    draft_capture * capture = nullptr;    // draft contexts: the head's hidden row, when trimmed
+    draft_vocab * vocab = nullptr;        // draft contexts: the trimmed vocabulary, or none
+    const float * trim_row = nullptr;     // the last decode's logits row under the trimmed vocabulary
 };
 
 // ---- errors and handle registry ------------------------------------------------
@@ -454,9 +458,18 @@ int pymtp_draft_create(pymtp_ctx * target, const pymtp_ctx_params * p, pymtp_ctx
     cp.n_rs_seq = 0;
     cp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
     cp.ctx_other = target->ctx;
+    // The eval callback stays idle until a trimmed vocabulary arms it (pymtp_draft_set_vocab).
+    draft_capture * capture = draft_capture_new(target->n_embd);
+    if (!capture) return fail(PYMTP_ERR_NOSPACE, "out of memory");
+    cp.cb_eval = draft_capture_cb;
+    cp.cb_eval_user_data = capture;
     llama_context * lctx = llama_init_from_model(target->model->model, cp);
-    if (!lctx) return fail(PYMTP_ERR_UNSUPPORTED, "llama.cpp could not create an MTP draft context for this model");
+    if (!lctx) {
+        draft_capture_free(capture);
+        return fail(PYMTP_ERR_UNSUPPORTED, "llama.cpp could not create an MTP draft context for this model");
+    }
     pymtp_ctx * c = wrap(lctx, target->model);
+    c->capture = capture;
     c->is_draft = true;
     c->target = target;
     c->has_hidden = true;
@@ -477,6 +490,8 @@ int pymtp_ctx_free(pymtp_ctx * c) {
     c->model->n_contexts--;
     llama_batch_ext_free(c->batch);
     llama_free(c->ctx);
+    if (c->vocab) draft_vocab_free(c->vocab);
+    if (c->capture) draft_capture_free(c->capture);
     delete c;
     ok();
     return PYMTP_OK;
@@ -516,6 +531,48 @@ int pymtp_draft_set_head(pymtp_ctx * c, int32_t head) {
     return PYMTP_OK;
 }
 
+int pymtp_draft_set_vocab(pymtp_ctx * c, const int32_t * ids, int32_t n) {
+    CHECK_CTX(c);
+    if (!c->is_draft) return fail(PYMTP_ERR_ARG, "a trimmed vocabulary belongs to a draft context");
+    if (n < 0 || n > c->n_vocab || (n > 0 && !ids)) return fail(PYMTP_ERR_ARG, "bad trimmed vocabulary (n=%d)", n);
+    for (int32_t i = 0; i < n; ++i) {
+        if (ids[i] < 0 || ids[i] >= c->n_vocab || (i > 0 && ids[i] <= ids[i - 1])) {
+            return fail(PYMTP_ERR_ARG, "trimmed vocabulary: ids must be ascending token ids (index %d: %d)", i, ids[i]);
+        }
+    }
+    GUARD_BEGIN
+    if (c->vocab) {
+        draft_vocab_free(c->vocab);
+        c->vocab = nullptr;
+    }
+    draft_capture_arm(c->capture, false);
+    c->last_tokens = c->last_outputs = 0;
+    if (n == 0) {
+        ok();
+        return PYMTP_OK;
+    }
+    const llama_model * lm = c->model->model;
+    if (c->shares_memory) return fail(PYMTP_ERR_UNSUPPORTED, "a draft that shares the target's KV cannot trim its vocabulary");
+    if (llama_model_n_layer_nextn(lm) != 1) {
+        return fail(PYMTP_ERR_UNSUPPORTED, "a trimmed draft vocabulary needs a model with one MTP block");
+    }
+    const llama_layer * head_layer = nullptr;
+    for (const auto & layer : lm->layers) {
+        if (layer.nextn.eh_proj) head_layer = &layer;
+    }
+    if (!head_layer) return fail(PYMTP_ERR_UNSUPPORTED, "no MTP block found in the model");
+    const ggml_tensor * w = head_layer->nextn.shared_head_head ? head_layer->nextn.shared_head_head : lm->output;
+    const ggml_tensor * s = head_layer->nextn.shared_head_head ? head_layer->nextn.shared_head_head_s : lm->output_s;
+    if (!w) return fail(PYMTP_ERR_UNSUPPORTED, "the model has no output matrix for the head");
+    if (s) return fail(PYMTP_ERR_UNSUPPORTED, "a scaled head matrix is not supported by the trimmed vocabulary");
+    const char * why = "";
+    c->vocab = draft_vocab_new(w, ids, n, c->n_vocab, llama_n_threads(c->ctx), &why);
+    if (!c->vocab) return fail(PYMTP_ERR_UNSUPPORTED, "trimmed vocabulary: %s", why);
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
 int pymtp_decode(pymtp_ctx * c, const int32_t * tokens, int32_t n_tokens, int32_t pos0, int32_t seq_id,
                  const uint8_t * output, const float * hidden_first, const float * hidden_rest) {
     CHECK_CTX(c);
@@ -537,6 +594,20 @@ int pymtp_decode(pymtp_ctx * c, const int32_t * tokens, int32_t n_tokens, int32_
     } else if (hidden_first || hidden_rest) {
         return fail(PYMTP_ERR_ARG, "hidden rows are inputs of draft contexts only");
     }
+    // A trimmed vocabulary: llama.cpp projects no row; the last row's logits come from the
+    // captured hidden row (only the last row may ask for them).
+    bool trim_want = false;
+    if (c->vocab) {
+        for (int32_t i = 0; output && i + 1 < n_tokens; ++i) {
+            if (output[i]) return fail(PYMTP_ERR_ARG, "with a trimmed draft vocabulary only the last row can have logits");
+        }
+        if (!output && n_tokens > 1) {
+            return fail(PYMTP_ERR_ARG, "with a trimmed draft vocabulary only the last row can have logits");
+        }
+        trim_want = output ? output[n_tokens - 1] != 0 : true;
+        draft_capture_arm(c->capture, true);
+        c->trim_row = nullptr;
+    }
     GUARD_BEGIN
     if (!c->shares_memory) {
         const llama_pos pmax = llama_memory_seq_pos_max(llama_get_memory(c->ctx), seq_id);
@@ -553,7 +624,7 @@ int pymtp_decode(pymtp_ctx * c, const int32_t * tokens, int32_t n_tokens, int32_
         if (idx < 0) return fail(PYMTP_ERR_ARG, "llama.cpp refused batch row %d (code %d)", i, idx);
         const llama_pos pos = pos0 + i;
         llama_batch_ext_set_pos(b, idx, &pos);
-        const bool want = output ? output[i] != 0 : true;
+        const bool want = !c->vocab && (output ? output[i] != 0 : true);
         llama_batch_ext_set_output_logits(b, idx, want);
         n_out += want;
         if (c->is_draft) {
@@ -574,6 +645,17 @@ int pymtp_decode(pymtp_ctx * c, const int32_t * tokens, int32_t n_tokens, int32_
     c->last_tokens = n_tokens;
     c->last_outputs = n_out;
     c->last_batch = n_tokens;
+    if (c->vocab) {
+        if (!draft_capture_done(c->capture)) {
+            return fail(PYMTP_ERR_UNSUPPORTED, "this model's MTP graph gave no h_nextn row to capture: "
+                        "the trimmed draft vocabulary cannot work with it");
+        }
+        if (trim_want) {
+            c->trim_row = draft_vocab_logits(c->vocab, draft_capture_row(c->capture));
+            if (!c->trim_row) return fail(PYMTP_ERR_DECODE, "the trimmed head's projection failed");
+            c->last_outputs = 1;
+        }
+    }
     ok();
     return PYMTP_OK;
     GUARD_END
@@ -585,6 +667,12 @@ int pymtp_logits(pymtp_ctx * c, float ** out, int32_t * n_rows) {
     *out = nullptr;
     *n_rows = 0;
     if (c->last_outputs == 0) return fail(PYMTP_ERR_ARG, "no logits: the last decode asked for none (or failed)");
+    if (c->vocab) {
+        *out = const_cast<float *>(c->trim_row);
+        *n_rows = 1;
+        ok();
+        return PYMTP_OK;
+    }
     GUARD_BEGIN
     float * p = llama_get_logits(c->ctx);
     if (!p) return fail(PYMTP_ERR_DECODE, "llama.cpp returned no logits");
@@ -603,6 +691,12 @@ int pymtp_hidden(pymtp_ctx * c, float ** out, int32_t * n_rows) {
     if (!c->has_hidden) return fail(PYMTP_ERR_UNSUPPORTED, "this context has no hidden rows (the model was loaded without MTP blocks)");
     const int32_t n = c->is_draft ? c->last_outputs : c->last_tokens;
     if (n == 0) return fail(PYMTP_ERR_ARG, "no hidden rows: nothing decoded yet (or the last decode failed)");
+    if (c->vocab) {          // the captured row of the last token (the one output row)
+        *out = const_cast<float *>(draft_capture_row(c->capture));
+        *n_rows = 1;
+        ok();
+        return PYMTP_OK;
+    }
     GUARD_BEGIN
     float * p = llama_get_embeddings_nextn(c->ctx);
     if (!p) return fail(PYMTP_ERR_DECODE, "llama.cpp returned no hidden rows");
@@ -634,13 +728,9 @@ int pymtp_draft_greedy(pymtp_ctx * c, int32_t pos, int32_t n_max, float p_min, i
     int32_t n = 0;
     for (;;) {
         float * row = nullptr;
-        {
-            GUARD_BEGIN
-            row = llama_get_logits(c->ctx);
-            GUARD_END
-        }
-        if (!row) return fail(PYMTP_ERR_DECODE, "llama.cpp returned no logits");
-        row += (size_t) (c->last_outputs - 1) * c->n_vocab;
+        int32_t n_rows = 0;
+        if (int rc = pymtp_logits(c, &row, &n_rows)) return rc;
+        row += (size_t) (n_rows - 1) * c->n_vocab;
         int32_t tok = 0;
         float prob = 0.0f;
         pymtp_rows_argmax(row, 1, c->n_vocab, &tok, &prob);
@@ -648,15 +738,10 @@ int pymtp_draft_greedy(pymtp_ctx * c, int32_t pos, int32_t n_max, float p_min, i
         out_tokens[n] = tok;
         out_probs[n] = prob;
         if (++n == n_max) break;
-        const float * h = nullptr;
-        {
-            GUARD_BEGIN
-            h = llama_get_embeddings_nextn(c->ctx);
-            GUARD_END
-        }
-        if (!h) return fail(PYMTP_ERR_DECODE, "llama.cpp returned no hidden rows");
+        float * h = nullptr;
+        if (int rc = pymtp_hidden(c, &h, &n_rows)) return rc;
         // Copy: the next decode rewrites the buffer the row lives in.
-        h += (size_t) (c->last_outputs - 1) * c->n_embd;
+        h += (size_t) (n_rows - 1) * c->n_embd;
         c->own_row.assign(h, h + c->n_embd);
         if (int rc = pymtp_decode(c, &tok, 1, pos + n - 1, 0, nullptr, c->own_row.data(), nullptr)) return rc;
     }

@@ -157,6 +157,13 @@ int  pymtp_ctx_set_threads(pymtp_ctx * ctx, int32_t n_threads, int32_t n_threads
 /* Which MTP block a draft context runs (0 .. n_mtp_layers-1), for chained heads. */
 int  pymtp_draft_set_head(pymtp_ctx * draft, int32_t head);
 
+/* A trimmed draft vocabulary (FastMTP): from now on the head scores only the n tokens ids
+ * (ascending); n = 0 switches it off. The draft context's logits stay n_vocab wide, -inf
+ * outside ids, and only a decode's last row can have them; its hidden row is that of the
+ * last token. Single-head models whose MTP graph names its pre-projection row "h_nextn"
+ * (glm4moe, deepseek2...); PYMTP_ERR_UNSUPPORTED otherwise (at the call or the next decode). */
+int  pymtp_draft_set_vocab(pymtp_ctx * draft, const int32_t * ids, int32_t n);
+
 /*
  * Decode n_tokens tokens of sequence seq_id at positions pos0, pos0+1, ...
  * A non-empty sequence must continue where it ends (pos0 = pos_max + 1).

@@ -11,6 +11,22 @@
 // Sets the calling thread's pymtp_last_error() text (NULL clears it).
 void shim_set_error(const char * msg);
 
+// draft_vocab.cpp: the trimmed draft vocabulary and the capture of the head's hidden row.
+struct ggml_tensor;
+struct draft_capture;
+struct draft_vocab;
+draft_capture * draft_capture_new(int32_t n_embd);
+void draft_capture_free(draft_capture * c);
+void draft_capture_arm(draft_capture * c, bool on);
+bool draft_capture_done(const draft_capture * c);
+const float * draft_capture_row(const draft_capture * c);
+bool draft_capture_cb(ggml_tensor * t, bool ask, void * user_data);   // a ggml eval callback
+draft_vocab * draft_vocab_new(const ggml_tensor * head, const int32_t * ids, int32_t n, int32_t n_vocab,
+                              int32_t n_threads, const char ** why);
+void draft_vocab_free(draft_vocab * v);
+int32_t draft_vocab_size(const draft_vocab * v);
+const float * draft_vocab_logits(draft_vocab * v, const float * hidden);
+
 constexpr float SHIM_NEG_INF = -std::numeric_limits<float>::infinity();
 
 // e^x for x <= 0, about 2 ulp (Cephes' expf polynomial), 0 below -87. Branch-free so that

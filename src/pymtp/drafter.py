@@ -26,6 +26,8 @@ import numpy as np
 
 from ._native import ffi, lib
 from .config import SpecConfig
+from .draft_vocab import frequent_tokens
+from .errors import UnsupportedError
 from .model import DraftContext, last_row_only
 from .rollback import KVTrim
 from .sampling import Sampler
@@ -103,6 +105,8 @@ class MTPDrafter(Drafter):
         self._own = np.zeros((self.n_heads + 17, self.n_embd), dtype=np.float32)  # head's own rows
         self._draft_ids = ffi.new("int32_t[64]")
         self._draft_probs = ffi.new("float[64]")
+        self._vocab_asked = 0
+        self.vocab_size = 0                # the trimmed draft vocabulary's size (0: all tokens)
         self._argmax_id = ffi.new("int32_t[1]")
         self._argmax_p = ffi.new("float[1]")
 
@@ -113,6 +117,39 @@ class MTPDrafter(Drafter):
 
     def write_count(self) -> int:
         return self.ctx.n_writes
+
+    def configure(self, spec: SpecConfig) -> None:
+        """A trimmed draft vocabulary of spec.draft_vocab tokens where the model allows one
+        (``vocab_size`` says what is used; 0: the whole vocabulary)."""
+        n = spec.draft_vocab if spec.draft_vocab < self.ctx.n_vocab else 0
+        if n == self._vocab_asked:
+            return
+        self._vocab_asked = n
+        self.ctx.set_vocab([])
+        self.vocab_size = 0
+        if n and not self.chained:
+            try:
+                self.ctx.set_vocab(frequent_tokens(self.ctx.model, n))
+            except UnsupportedError:
+                return
+            if self._probe():
+                self.vocab_size = self.ctx.vocab_size
+            else:
+                self.ctx.set_vocab([])
+
+    def _probe(self) -> bool:
+        """Whether this model's MTP graph serves a trimmed vocabulary: one decode at the first
+        free position of the draft KV (removed again)."""
+        pos = self.ctx.pos_max() + 1
+        if pos >= self.ctx.n_ctx:
+            return False
+        try:
+            self.ctx.decode([0], pos, np.zeros(self.n_embd, dtype=np.float32), output=np.ones(1, np.uint8))
+            return True
+        except UnsupportedError:
+            return False
+        finally:
+            self.ctx.seq_rm(pos)
 
     def reset(self) -> None:
         """Forget everything fed so far (a new text, or a step that failed half-way)."""

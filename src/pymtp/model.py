@@ -388,6 +388,7 @@ class DraftContext(_Context):
             self._h = _new_handle("pymtp_ctx **", lib.pymtp_draft_create, target._handle(), p)
             self._init_info()
         self.target = target
+        self.vocab_size = 0              # a trimmed vocabulary's size (set_vocab); 0: all tokens
         target._drafts.add(self)
 
     def decode(self, tokens, pos0: int, hidden_first: np.ndarray, hidden_rest: np.ndarray | None = None, *,
@@ -414,6 +415,17 @@ class DraftContext(_Context):
         with self.lock:
             self.n_writes += 1
             return check(lib.pymtp_draft_greedy(self._handle(), pos, n_max, p_min, out_ids, out_probs))
+
+    def set_vocab(self, token_ids) -> None:
+        """Score only these tokens from now on (a trimmed draft vocabulary; an empty list: all).
+        The logits stay n_vocab wide, -inf elsewhere, and only a decode's last row has them."""
+        ids = np.unique(np.asarray(token_ids, dtype=np.int64))
+        if ids.size and (ids[0] < 0 or ids[-1] >= self.n_vocab):
+            raise ValueError(f"draft vocabulary: token ids must be in [0, {self.n_vocab})")
+        arr = ids.astype(np.int32)
+        with self.lock:                # the KV is untouched: not a write
+            check(lib.pymtp_draft_set_vocab(self._handle(), ffi.from_buffer("int32_t[]", arr), arr.size))
+        self.vocab_size = int(arr.size)
 
     def set_head(self, head: int) -> None:
         """Choose which MTP block runs next (chained heads, e.g. step35)."""

@@ -106,7 +106,7 @@ class MTPSpeculator:
         self.configure(self.spec)        # a fresh policy, and a rollback with no mark of an earlier text
         self.sampler.configure(self.sampling)      # and a fresh RNG from the seed
         self.sampler.constrain(constraint)
-        self.stats = SpecStats(n_prompt=len(prompt))
+        self.stats = SpecStats(n_prompt=len(prompt), draft_vocab=getattr(self.drafter, "vocab_size", 0))
         t0 = time.perf_counter()
         keep, why = self.reusable_prefix(prompt)
         self.state = State.IDLE          # until the prefill succeeds

@@ -39,6 +39,7 @@ class SpecStats:
     cooldown_steps: int = 0
     n_reused: int = 0               # prompt positions taken from the cache, not decoded again
     reuse_miss: str = ""            # why more of the prompt could not be reused ("" = all it shared)
+    draft_vocab: int = 0            # tokens the MTP head scored (a trimmed draft vocabulary; 0 = all)
 
     def record(self, r: StepResult) -> None:
         self.n_steps += 1
