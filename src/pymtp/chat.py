@@ -140,15 +140,43 @@ def merge_stops(user: str | Sequence[str] | None, extra: tuple[str, ...]) -> lis
     return stops
 
 
-def _prepare(messages, session: Session, template, stop, stop_at_end_marker):
-    prompt = chat_prompt(session.model, messages, template=template)
+def _prepare(messages, session: Session, template, stop, stop_at_end_marker, tools=None, tool_choice=None,
+             jinja=None, generate_kwargs=None):
+    if tools or jinja:
+        # The GGUF's Jinja template with tools (pymtp.template); without tools and jinja, the
+        # built-in template support as before.
+        from .template import render_chat
+        prompt = render_chat(session.model, messages, template=template, tools=tools, tool_choice=tool_choice,
+                             jinja=jinja)
+    else:
+        prompt = chat_prompt(session.model, messages, template=template)
+    forced = _forced_tools(tools, tool_choice)
+    if forced and generate_kwargs is not None and generate_kwargs.get("constraint") is None:
+        from .grammar import Constraint
+        from .tools import forced_call, tool_format
+        fmt = tool_format(template or session.model.chat_template())
+        generate_kwargs["constraint"] = Constraint(session.model, **forced_call(forced, fmt, session.model)).matcher()
     extra = end_marker_stops(session.model, template) if stop_at_end_marker else ()
     return chat_prompt_tokens(session.model, prompt), merge_stops(stop, extra)
 
 
+def _forced_tools(tools, tool_choice) -> list[dict] | None:
+    """The tools a tool_choice forces a call of: the named one, or all for "required"."""
+    if not tools or tool_choice in (None, "auto", "none"):
+        return None
+    if tool_choice == "required":
+        return list(tools)
+    name = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
+    chosen = [t for t in tools if t.get("function", t).get("name") == name]
+    if not chosen:
+        raise ValueError(f"tool_choice names {name!r}, which is not one of the tools")
+    return chosen
+
+
 def chat(messages: str | Message | Iterable[Message], model: ModelLike = None, *,
          template: str | None = None, stop: str | Sequence[str] | None = None,
-         stop_at_end_marker: bool = True, **generate_kwargs) -> GenerationResult:
+         stop_at_end_marker: bool = True, tools: list[dict] | None = None, tool_choice=None,
+         jinja: bool | None = None, **generate_kwargs) -> GenerationResult:
     """Generate the assistant's reply to chat messages.
 
     messages: [{"role": "system" | "user" | "assistant", "content": str}, ...]
@@ -157,11 +185,18 @@ def chat(messages: str | Message | Iterable[Message], model: ModelLike = None, *
     as "chatml", or a template text). stop: extra stop strings; the template's
     end-of-turn marker is added when the model would write it as plain text
     (end_marker_stops), unless stop_at_end_marker=False.
+    tools, tool_choice: OpenAI function tools, given to the GGUF's Jinja template
+    (pymtp.template; a Hermes-style system message for a template without tools);
+    tool_choice naming a function or "required" constrains the output to one call
+    (pymtp.tools.forced_call). Parse calls with pymtp.tools.parse_tool_calls(result.text, ...).
+    jinja: True renders the GGUF's template with jinja2 even without tools; None (default)
+    only when tools are given; False never.
     Other keywords go to pymtp.generate (max_tokens, temperature, speculative...).
     """
     session, made = as_session(model)
     try:
-        tokens, stops = _prepare(messages, session, template, stop, stop_at_end_marker)
+        tokens, stops = _prepare(messages, session, template, stop, stop_at_end_marker, tools, tool_choice,
+                                 jinja, generate_kwargs)
         return generate(tokens, session, stop=stops or None, **generate_kwargs)
     finally:
         if made:
@@ -170,11 +205,13 @@ def chat(messages: str | Message | Iterable[Message], model: ModelLike = None, *
 
 def chat_stream(messages: str | Message | Iterable[Message], model: ModelLike = None, *,
                 template: str | None = None, stop: str | Sequence[str] | None = None,
-                stop_at_end_marker: bool = True, **generate_kwargs) -> TextStream:
+                stop_at_end_marker: bool = True, tools: list[dict] | None = None, tool_choice=None,
+                jinja: bool | None = None, **generate_kwargs) -> TextStream:
     """Like chat(), but a TextStream of reply pieces (`.result` once exhausted)."""
     session, made = as_session(model)
     try:
-        tokens, stops = _prepare(messages, session, template, stop, stop_at_end_marker)
+        tokens, stops = _prepare(messages, session, template, stop, stop_at_end_marker, tools, tool_choice,
+                                 jinja, generate_kwargs)
         s = stream(tokens, session, stop=stops or None, **generate_kwargs)
     except BaseException:
         if made:
