@@ -240,7 +240,9 @@ int  pymtp_sampler_configure(pymtp_sampler * s, const pymtp_sampling_params * pa
 /* slot = the distribution of one logits row. history: the tokens before the row's (only the
  * last penalty_window are read). Greedy: *out_token = the argmax. Else, u >= 0: a token drawn
  * with u; u < 0: none (*out_token = -1). out_conf (may be NULL): the largest probability
- * (greedy: the argmax's softmax probability at temperature 1). */
+ * (greedy: the argmax's softmax probability at temperature 1). A row where no token the mask
+ * allows has a finite logit (a trimmed draft vocabulary under a grammar) is no error:
+ * *out_token = -1, *out_conf = 0, and the slot holds nothing. */
 int  pymtp_sampler_row(pymtp_sampler * s, int32_t slot, const float * row,
                        const int32_t * history, int32_t n_history, const uint32_t * mask,
                        double u, int32_t * out_token, float * out_conf);

@@ -328,6 +328,14 @@ int transform(pymtp_sampler * s, const float * row, const int32_t * win, int32_t
     return PYMTP_OK;
 }
 
+// Whether every token the mask allows has a logit of -inf (bias and penalties cannot lift one).
+bool row_allows_nothing(const pymtp_sampler * s, const float * row, const uint32_t * mask) {
+    for (int32_t i = 0; i < s->n_vocab; ++i) {
+        if (row[i] != NEG_INF && (!mask || ((mask[i >> 5] >> (i & 31)) & 1u))) return false;
+    }
+    return true;
+}
+
 int check_tokens(const pymtp_sampler * s, const int32_t * t, int32_t n, const char * what) {
     if (n > 0 && !t) return fail(PYMTP_ERR_ARG, "%s: NULL with %d tokens", what, n);
     for (int32_t i = 0; i < n; ++i) {
@@ -421,6 +429,13 @@ int pymtp_sampler_row(pymtp_sampler * s, int32_t slot, const float * row, const 
     int32_t n_win = 0;
     const int32_t * win = compose_window(s, history, n_history, nullptr, 0, &n_win);
     dist & d = s->slots[slot];
+    if (row_allows_nothing(s, row, mask)) {     // e.g. a trimmed head under a grammar: no draft here
+        *out_token = -1;
+        if (out_conf) *out_conf = 0.0f;
+        d.point(0);
+        d.probs[0] = 0.0f;
+        return ok();
+    }
     if (int rc = transform(s, row, win, n_win, mask, d, out_conf)) return rc;
     if (greedy(s) || u < 0.0) {
         *out_token = greedy(s) ? d.ids[0] : -1;

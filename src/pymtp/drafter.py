@@ -291,7 +291,7 @@ class MTPDrafter(Drafter):
             tok, conf = int(self._argmax_id[0]), float(self._argmax_p[0])
         else:
             tok, conf = sampler.row(len(draft.tokens), row, history, draft.tokens)
-        if conf < p_min:
+        if tok < 0 or conf < p_min:        # -1: the head has no allowed token here
             return False
         draft.tokens.append(tok)
         draft.confidence.append(conf)

@@ -14,7 +14,7 @@ from typing import Iterator, Sequence
 from .config import GenerationConfig, SamplingConfig, SpecConfig
 from .errors import InvalidHandleError, PymtpError
 from .model import Model
-from .sampling import TokenConstraint
+from .sampling import LogitsProcessor, TokenConstraint
 from .session import Session, as_session
 from .stats import GenerationResult
 
@@ -54,9 +54,10 @@ class TextStream:
 
     def __init__(self, session: Session, prompt: str | Sequence[int], sampling: SamplingConfig,
                  spec: SpecConfig | None, limits: GenerationConfig, *, owns_session: bool = False,
-                 constraint: TokenConstraint | None = None) -> None:
+                 constraint: TokenConstraint | None = None, logits_processor: LogitsProcessor | None = None) -> None:
         self.session = session
         self.constraint = constraint
+        self.logits_processor = logits_processor
         self.result: GenerationResult | None = None
         self.owns_session = owns_session     # a session made for this one stream: closed with it
         model = session.model
@@ -111,7 +112,7 @@ class TextStream:
                                  "(leave room for at least one new token)")
             session.generation += 1
             my_generation = session.generation
-            spec_.start(prompt_tokens, constraint=self.constraint)
+            spec_.start(prompt_tokens, constraint=self.constraint, logits_processor=self.logits_processor)
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         stops = limits.stop
         hold = max((len(s) for s in stops), default=1) - 1
@@ -165,6 +166,17 @@ def _find_stop(text: str, stops: tuple[str, ...], sent: int) -> int | None:
     return min(hits) if hits else None
 
 
+def _constraint(session: Session, constraint, json_schema, grammar) -> TokenConstraint | None:
+    given = [n for n, v in (("constraint", constraint), ("json_schema", json_schema), ("grammar", grammar))
+             if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"give at most one of constraint=, json_schema=, grammar= (got {', '.join(given)})")
+    if json_schema is None and grammar is None:
+        return constraint
+    from .grammar import Constraint
+    return Constraint(session.model, json_schema=json_schema, grammar=grammar).matcher()
+
+
 def _configs(max_tokens, stop, ignore_eos, **sampling):
     limits = GenerationConfig(max_tokens=max_tokens, stop=stop if stop is not None else (), ignore_eos=ignore_eos)
     return SamplingConfig(**sampling), limits
@@ -175,7 +187,9 @@ def stream(prompt: str | Sequence[int], model: ModelLike = None, *,
            min_p: float = 0.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
            frequency_penalty: float = 0.0, logit_bias: dict[int, float] | None = None, seed: int | None = None,
            stop: str | Sequence[str] | None = None, ignore_eos: bool = False,
-           speculative: bool | SpecConfig | dict = True, constraint: TokenConstraint | None = None) -> TextStream:
+           speculative: bool | SpecConfig | dict = True, constraint: TokenConstraint | None = None,
+           json_schema: dict | str | None = None, grammar: str | None = None,
+           logits_processor: LogitsProcessor | None = None) -> TextStream:
     """Like generate(), but yields text pieces as they are accepted.
 
     The GenerationResult is on the stream's `.result` once it is exhausted."""
@@ -185,7 +199,9 @@ def stream(prompt: str | Sequence[int], model: ModelLike = None, *,
     spec = _spec_config(speculative)
     session, made = as_session(model)
     try:
-        return TextStream(session, prompt, sampling, spec, limits, owns_session=made, constraint=constraint)
+        constraint = _constraint(session, constraint, json_schema, grammar)
+        return TextStream(session, prompt, sampling, spec, limits, owns_session=made, constraint=constraint,
+                          logits_processor=logits_processor)
     except BaseException:
         if made:
             session.close()
@@ -197,22 +213,30 @@ def generate(prompt: str | Sequence[int], model: ModelLike = None, *,
              min_p: float = 0.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
              frequency_penalty: float = 0.0, logit_bias: dict[int, float] | None = None, seed: int | None = None,
              stop: str | Sequence[str] | None = None, ignore_eos: bool = False,
-             speculative: bool | SpecConfig | dict = True, constraint: TokenConstraint | None = None) -> GenerationResult:
+             speculative: bool | SpecConfig | dict = True, constraint: TokenConstraint | None = None,
+             json_schema: dict | str | None = None, grammar: str | None = None,
+             logits_processor: LogitsProcessor | None = None) -> GenerationResult:
     """Generate a continuation of prompt (text or token ids).
 
     model: a Session from pymtp.load() (its contexts are reused), a Model, a GGUF
     path, or None for the default model. temperature 0 is greedy. presence_penalty and
     frequency_penalty (OpenAI's) and repetition_penalty count the last 64 tokens; logit_bias
     maps token ids to values added to their logits. speculative: True (MTP drafting with
-    the default SpecConfig), False (plain decoding), or a SpecConfig. constraint: masks every
-    generated token (a pymtp.sampling.TokenConstraint, e.g. from pymtp.grammar); the output
-    ends when it is complete. Speculation stays exact under it: drafts and verification are
-    masked alike.
+    the default SpecConfig), False (plain decoding), or a SpecConfig.
+
+    Constrained output (speculation stays exact: drafts and verification are masked alike):
+    json_schema (a dict or JSON text) or grammar (llguidance's Lark, or GBNF) make the output
+    follow it, compiled before any decoding (pymtp.grammar; ``pip install 'pymtp[grammar]'``);
+    constraint: any pymtp.sampling.TokenConstraint (e.g. pymtp.grammar.Constraint(...).matcher()).
+    The output ends when it is complete. logits_processor(token_ids, logits) -> logits changes
+    each logits row in Python, the target's and the head's alike: slower (one Python call per
+    row), for custom rules masks cannot express.
     """
     s = stream(prompt, model, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                frequency_penalty=frequency_penalty, logit_bias=logit_bias, seed=seed, stop=stop,
-               ignore_eos=ignore_eos, speculative=speculative, constraint=constraint)
+               ignore_eos=ignore_eos, speculative=speculative, constraint=constraint, json_schema=json_schema,
+               grammar=grammar, logits_processor=logits_processor)
     # Hold the session for the whole generation: calls from other threads wait their turn.
     # (A paused stream() gives way instead: a generation that starts meanwhile makes it
     # raise PymtpError when resumed, rather than mix two texts in one KV cache.)

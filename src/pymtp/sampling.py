@@ -28,7 +28,7 @@ emitted token. Masked p and q under the same rule keep speculation exact.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -53,6 +53,11 @@ class TokenConstraint(Protocol):
     def is_terminated(self) -> bool: ...
 
 
+#: logits_processor(token_ids, row) -> row: the text so far (prompt, accepted and drafted tokens)
+#: and one logits row (a float32 copy it may change in place); returns the row to sample from.
+LogitsProcessor = Callable[[list[int], np.ndarray], np.ndarray]
+
+
 def mask_allows(mask: np.ndarray, token: int) -> bool:
     return bool((int(mask[token >> 5]) >> (token & 31)) & 1)
 
@@ -74,6 +79,7 @@ class Sampler:
         self._slot_ids = ffi.new("int32_t **")
         self._slot_probs = ffi.new("float **")
         self.constraint: TokenConstraint | None = None
+        self.logits_processor: LogitsProcessor | None = None     # one Python call per row: slower
         self._n_tentative = 0          # draft tokens the constraint holds beyond the accepted text
         self._masks: np.ndarray | None = None
         self.configure(config)
@@ -96,8 +102,8 @@ class Sampler:
 
     @property
     def plain_greedy(self) -> bool:
-        """Greedy with nothing that changes the argmax (no penalty, bias or constraint)."""
-        return self._plain_argmax and self.constraint is None
+        """Greedy with nothing that changes the argmax (no penalty, bias, constraint or processor)."""
+        return self._plain_argmax and self.constraint is None and self.logits_processor is None
 
     def constrain(self, constraint: TokenConstraint | None) -> None:
         """Mask every row with this constraint from now on (None: no constraint); it starts
@@ -155,6 +161,13 @@ class Sampler:
         self._hist = arr                  # alive while the call reads it
         return ffi.from_buffer("int32_t[]", arr), arr.size
 
+    def _processed(self, row: np.ndarray, ids: list[int]) -> np.ndarray:
+        out = self.logits_processor(ids, np.array(row, dtype=np.float32))
+        out = np.asarray(out, dtype=np.float32)
+        if out.shape != np.shape(row):
+            raise ValueError(f"logits_processor returned shape {out.shape}; expected {np.shape(row)}")
+        return out
+
     # ---- one row -------------------------------------------------------------------------------
 
     def row(self, slot: int, row: np.ndarray, history: Sequence[int], extra: Sequence[int] = (),
@@ -165,6 +178,8 @@ class Sampler:
         which spares greedy rows a pass over the vocabulary). Under a constraint, a draft slot
         (slot == the draft tokens so far) is masked and the chosen token advances the
         constraint tentatively; the last slot (scratch) is masked with the current state."""
+        if self.logits_processor is not None:
+            row = self._processed(row, list(history) + list(extra))
         row = self._rows(row)
         hist, n_hist = self._history(history, extra)
         u = self.rng.random() if draw and not self.config.greedy else -1.0
@@ -177,7 +192,7 @@ class Sampler:
             mask = ffi.from_buffer("uint32_t[]", self._masks[slot])
         check(lib.pymtp_sampler_row(self._native, slot, ffi.from_buffer("float[]", row), hist, n_hist,
                                     mask, u, self._tok, self._conf if confidence else ffi.NULL))
-        tok = int(self._tok[0])
+        tok = int(self._tok[0])          # -1: no token is possible (nothing allowed has a finite logit)
         if drafting and tok >= 0 and self.constraint.accept(tok):
             self._n_tentative += 1
         return tok, float(self._conf[0]) if confidence else 0.0
@@ -232,7 +247,10 @@ class Sampler:
         k = len(draft)
         if k >= self.n_slots:
             raise ValueError(f"a draft of {k} tokens; this sampler holds q for {self.n_slots - 1}")
-        rows = self._rows(target_rows[: k + 1])
+        rows = target_rows[: k + 1]
+        if self.logits_processor is not None:
+            rows = np.stack([self._processed(rows[i], list(history) + list(draft[:i])) for i in range(len(rows))])
+        rows = self._rows(rows)
         if rows.shape[0] != k + 1:
             raise ValueError(f"{k} draft tokens need {k + 1} target rows, got {rows.shape[0]}")
         u = ffi.NULL

@@ -42,7 +42,7 @@ from .drafter import Draft, Drafter, DraftPolicy, MTPDrafter
 from .errors import UnsupportedError
 from .model import DraftContext, TargetContext, last_row_only
 from .rollback import rollback_for
-from .sampling import Sampler, TokenConstraint
+from .sampling import LogitsProcessor, Sampler, TokenConstraint
 from .stats import SpecStats, StepResult
 
 
@@ -90,10 +90,11 @@ class MTPSpeculator:
     # ---- prefill ----------------------------------------------------------------------------
 
     def start(self, prompt: list[int], sampling: SamplingConfig | None = None,
-              constraint: TokenConstraint | None = None) -> None:
+              constraint: TokenConstraint | None = None, logits_processor: LogitsProcessor | None = None) -> None:
         """Begin a generation: prefill the prompt, reusing the cached prefix it shares with the
         text in the KV caches (see ``reusable_prefix``); the rest is decoded from there.
-        constraint: masks every generated token (pymtp.grammar; see pymtp.sampling)."""
+        constraint: masks every generated token (pymtp.grammar); logits_processor: changes every
+        logits row in Python (see pymtp.sampling)."""
         if self.state is State.CLOSED:
             raise UnsupportedError("the speculator is closed")
         if not prompt:
@@ -106,6 +107,7 @@ class MTPSpeculator:
         self.configure(self.spec)        # a fresh policy, and a rollback with no mark of an earlier text
         self.sampler.configure(self.sampling)      # and a fresh RNG from the seed
         self.sampler.constrain(constraint)
+        self.sampler.logits_processor = logits_processor
         self.stats = SpecStats(n_prompt=len(prompt), draft_vocab=getattr(self.drafter, "vocab_size", 0))
         t0 = time.perf_counter()
         keep, why = self.reusable_prefix(prompt)
