@@ -119,7 +119,7 @@ def create_app(model, *, model_name: str | None = None, chat_template: str | Non
     async def chat_completions(request: Request):
         req = parse_body(await request.body(), ChatCompletionRequest)
         todo = jobs.chat(req)
-        return await respond(request, req, todo, ChatReply(model_id, todo[0].speculative))
+        return await respond(request, req, todo, ChatReply(model_id, todo[0].speculative, jobs.tools(req)))
 
     return app
 

@@ -45,7 +45,56 @@ class JobMaker:
     def chat(self, req: ChatCompletionRequest) -> list[Job]:
         """The jobs of a chat completion request, one per choice."""
         self.check_model(req.model)
-        return self.choices(req, self.job(req, self.chat_prompt(req), self.chat_stops))
+        job = self.job(req, self.chat_prompt(req), self.chat_stops)
+        constraint = self.response_constraint(req) or self.forced_tool_constraint(req)
+        if constraint is not None:
+            job = replace(job, constraint=constraint.matcher)
+        return self.choices(req, job)
+
+    def tools(self, req: ChatCompletionRequest) -> tuple[list[dict], str] | None:
+        """The request's tools and the template's tool-call format, when it offers tools."""
+        if not req.tools or req.tool_choice == "none":
+            return None
+        from ..tools import tool_format
+        return list(req.tools), tool_format(self.chat_template or self.session.model.chat_template())
+
+    def response_constraint(self, req: ChatCompletionRequest):
+        """response_format json_object / json_schema as a pymtp.grammar.Constraint (None: text)."""
+        rf = req.response_format or {}
+        kind = rf.get("type", "text")
+        if kind == "text":
+            return None
+        if kind not in ("json_object", "json_schema"):
+            raise bad_request(f"response_format type {kind!r}: use text, json_object or json_schema", "response_format")
+        if req.tools and req.tool_choice not in (None, "none", "auto"):
+            raise bad_request("response_format and a forced tool call cannot both constrain the output", "response_format")
+        try:
+            from ..grammar import Constraint
+            if kind == "json_object":
+                return Constraint(self.session.model, json_object=True)
+            schema = (rf.get("json_schema") or {}).get("schema")
+            if schema is None:
+                raise ValueError("response_format json_schema needs json_schema.schema")
+            return Constraint(self.session.model, json_schema=schema)
+        except ImportError as e:
+            raise bad_request(f"structured output needs llguidance: pip install 'pymtp[grammar]' ({e})",
+                              "response_format") from None
+        except ValueError as e:
+            raise bad_request(str(e), "response_format") from None
+
+    def forced_tool_constraint(self, req: ChatCompletionRequest):
+        """A tool_choice that forces a call ("required" or a named function) as a Constraint."""
+        offered = self.tools(req)
+        if offered is None or req.tool_choice in (None, "auto"):
+            return None
+        from ..chat import _forced_tools
+        from ..grammar import Constraint
+        from ..tools import forced_call
+        try:
+            forced = _forced_tools(offered[0], req.tool_choice)
+            return Constraint(self.session.model, **forced_call(forced, offered[1], self.session.model))
+        except ValueError as e:
+            raise bad_request(str(e), "tool_choice") from None
 
     def check_model(self, name: str | None) -> None:
         """The served model's id, or none (null, "" or the field left out), are accepted; others are 404."""
@@ -139,15 +188,19 @@ class JobMaker:
 
     def chat_prompt(self, req: ChatCompletionRequest) -> Callable[[], list[int]]:
         """The templated conversation's tokens, made later (in the worker)."""
-        if req.tools and req.tool_choice != "none":
-            raise bad_request("tools (function calling) are not supported", "tools")
-        if req.response_format and req.response_format.get("type", "text") != "text":
-            raise bad_request("only response_format {'type': 'text'} is supported", "response_format")
+        model = self.session.model
+        offered = self.tools(req)
         try:
+            if offered or any(m.model_dump().get("tool_calls") or m.role == "tool" for m in req.messages):
+                # tools, and turns with tool calls or results: the GGUF's Jinja template (pymtp.template)
+                from ..template import render_chat
+                text = render_chat(model, [m.model_dump(exclude_none=True) for m in req.messages],
+                                   template=self.chat_template, tools=list(req.tools) if req.tools else None,
+                                   tool_choice=req.tool_choice)
+                return lambda: chat_prompt_tokens(model, text)
             messages = normalize_messages([m.model_dump() for m in req.messages])
         except ValueError as e:
             raise bad_request(str(e), "messages") from None
-        model = self.session.model
         try:
             text = chat_prompt(model, messages, template=self.chat_template)
         except UnsupportedError as e:

@@ -92,6 +92,13 @@ class Reply:
         """Chunks sent before choice index's first piece of text."""
         return []
 
+    #: the text is sent whole at the end (a reply that may be a tool call is parsed first)
+    holds_text = False
+
+    def held(self, index: int, result: GenerationResult) -> list[dict[str, Any]]:
+        """Chunks with the held text of a finished choice."""
+        return []
+
     # ---- the same for both ----
 
     def envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
@@ -99,7 +106,7 @@ class Reply:
 
     def body(self, results: list[GenerationResult]) -> dict[str, Any]:
         """The whole (non-streamed) response: one choice per result."""
-        out = self.envelope(self.object, [self.choice(i, r.text, finish_reason(r)) for i, r in enumerate(results)])
+        out = self.envelope(self.object, [self.choice(i, r.text, self.finish(r)) for i, r in enumerate(results)])
         out["usage"] = usage(results)
         out["pymtp"] = summary(results, self.speculative)
         return out
@@ -107,9 +114,12 @@ class Reply:
     def chunk(self, index: int, text: str | None, finish: str | None = None) -> dict[str, Any]:
         return self.envelope(self.chunk_object, [self.chunk_choice(index, text, finish)])
 
+    def finish(self, result: GenerationResult) -> str:
+        return finish_reason(result)
+
     def closing(self, index: int, result: GenerationResult) -> dict[str, Any]:
         """Choice index's last chunk: its finish reason and stats."""
-        last = self.chunk(index, None, finish_reason(result))
+        last = self.chunk(index, None, self.finish(result))
         last["pymtp"] = spec_summary(result, self.speculative)
         return last
 
@@ -129,10 +139,12 @@ class Reply:
                         for c in self.opening(index):
                             yield sse(c)
                     if kind == "piece":
-                        if value:
+                        if value and not self.holds_text:
                             yield sse(self.chunk(index, value))
                     elif kind == "done":
                         results.append(value)
+                        for c in self.held(index, value):
+                            yield sse(c)
                         yield sse(self.closing(index, value))
                     else:  # an error after the stream started: reported in-band
                         err = from_exception(value)
@@ -169,13 +181,38 @@ class CompletionReply(Reply):
 
 
 class ChatReply(Reply):
-    """A chat completion's response (``/v1/chat/completions``)."""
+    """A chat completion's response (``/v1/chat/completions``). With tools, the reply text is
+    parsed for tool calls (pymtp.tools, the template's format): they become the message's
+    ``tool_calls`` and finish_reason "tool_calls"; streamed, the text is held and sent at the end."""
 
     prefix, object, chunk_object = "chatcmpl", "chat.completion", "chat.completion.chunk"
 
+    def __init__(self, model_id: str, speculative: bool, tools: tuple[list[dict], str] | None = None) -> None:
+        super().__init__(model_id, speculative)
+        self.tools = tools
+        self.holds_text = tools is not None
+
+    def _parsed(self, text: str):
+        from ..tools import parse_tool_calls
+        return parse_tool_calls(text, self.tools[1], self.tools[0])
+
+    def finish(self, result: GenerationResult) -> str:
+        if self.tools is not None and self._parsed(result.text).tool_calls:
+            return "tool_calls"
+        return finish_reason(result)
+
     def choice(self, index: int, text: str, finish: str | None) -> dict[str, Any]:
-        return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                "finish_reason": finish}
+        message = self._parsed(text).message() if self.tools is not None else {"role": "assistant", "content": text}
+        return {"index": index, "message": message, "logprobs": None, "finish_reason": finish}
+
+    def held(self, index: int, result: GenerationResult) -> list[dict[str, Any]]:
+        if self.tools is None:
+            return []
+        parsed = self._parsed(result.text)
+        c = self.chunk(index, parsed.content or "")
+        if parsed.tool_calls:
+            c["choices"][0]["delta"]["tool_calls"] = [{"index": i, **call} for i, call in enumerate(parsed.tool_calls)]
+        return [c]
 
     def chunk_choice(self, index: int, text: str | None, finish: str | None) -> dict[str, Any]:
         delta = {"content": text} if text is not None else {}

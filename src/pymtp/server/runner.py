@@ -33,6 +33,7 @@ class Job:
     sampling: SamplingConfig
     spec: SpecConfig | None           # None: plain decoding
     limits: GenerationConfig
+    constraint: Callable[[], object] | None = None    # a fresh TokenConstraint per generation
 
     @property
     def speculative(self) -> bool:
@@ -78,7 +79,8 @@ class Runner:
         def work() -> None:
             s, end = None, None
             try:
-                s = TextStream(self.session, job.prompt(), job.sampling, job.spec, job.limits)
+                s = TextStream(self.session, job.prompt(), job.sampling, job.spec, job.limits,
+                               constraint=job.constraint() if job.constraint else None)
                 for piece in s:
                     if cancel.is_set():
                         break

@@ -95,6 +95,9 @@ class ChatMessage(BaseModel):
 
     role: str
     content: Optional[Union[str, list[Any]]] = None
+    tool_calls: Optional[list[Any]] = None       # an assistant turn's calls
+    tool_call_id: Optional[str] = None           # a tool turn's answer to one
+    name: Optional[str] = None
 
 
 class ChatCompletionRequest(CommonRequest):
