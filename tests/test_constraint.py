@@ -161,3 +161,27 @@ def test_constrained_speculative_sampling_keeps_the_distribution(constrained_cas
     wrong = sample_continuations(s, prompt, TOP_K6, spec, 3, N_SAMPLES, seed=4, constraint=make,
                                  verify=_target_unmasked)
     assert min(p_values(wrong, exact, 3)) < P_EXACT
+
+
+# ---- a JSON schema (pymtp.grammar over llguidance) on every fixture family --------------------------
+
+FIXTURE_SCHEMA = {"type": "object", "properties": {"a": {"enum": ["x", "yy", "zzz"]},
+                                                   "b": {"type": "integer", "minimum": 0, "maximum": 999}},
+                  "required": ["a", "b"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("family", ["glm4moe", "qwen35", "qwen3next", "step35", "deepseek2"])
+def test_json_schema_greedy_output_is_the_same_with_speculation(models, family):
+    import json
+
+    import jsonschema
+
+    from pymtp.grammar import Constraint
+    s = models(family)
+    c = Constraint(s.model, json_schema=FIXTURE_SCHEMA)
+    prompt = s.tokenize('{"a": ')
+    plain = pymtp.generate(prompt, s, max_tokens=200, speculative=False, constraint=c.matcher())
+    spec = pymtp.generate(prompt, s, max_tokens=200, speculative={"n_draft": 3}, constraint=c.matcher())
+    assert spec.tokens == plain.tokens
+    assert spec.finish_reason == "stop"
+    jsonschema.validate(json.loads(spec.text), FIXTURE_SCHEMA)
