@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", action="append", default=None, metavar="PATH",
                     help="GGUF to benchmark (repeatable); also 'default', 'deep' (its deep variant), "
-                         "'fixture:FAMILY[:k=v,...]', 'deep:SPEC' (the deep variant of SPEC) "
+                         "'fixture:FAMILY[:k=v,...]', 'deep:SPEC' (the deep variant of SPEC), 'default-v151k', "
+                         "'default-v248k' (the default model padded to 151,552 / 248,320 tokens), 'vocab:N:SPEC' "
                          "(default: the deep variant and the default model)")
     ap.add_argument("--prompts", choices=("code", "prose", "both"), default="both")
     ap.add_argument("--n-prompts", type=int, default=3, help="prompts per set (default 3)")
