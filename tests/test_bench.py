@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+import pymtp
 from pymtp import bench
 from pymtp.train.data import is_heldout, split_files, stdlib_root
 
@@ -165,3 +166,51 @@ def test_smoke_run_writes_json_with_positive_numbers(tmp_path, capsys):
 def test_bad_arguments_exit_nonzero(tmp_path, capsys):
     assert bench.main(["--smoke", "--out", str(tmp_path), "--model", str(tmp_path / "missing.gguf")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_llama_commands_carry_the_sampling_setting():
+    bins = {"llama-speculative-simple": "/x/spec", "llama-completion": "/x/comp"}
+    qwen = bench.PRESETS["qwen"]
+    for v in (bench.Variant("llama-mtp-2", "llama.cpp", 2), bench.Variant("llama-plain", "llama.cpp", None)):
+        cmd = bench.llama_command(bins, v, "m.gguf", "hi", qwen, 7, 64, 2)
+        got = {f: cmd[cmd.index(f) + 1] for f in ("--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
+                                                  "--repeat-last-n")}
+        assert got == {"--temp": "0.7", "--top-k": "20", "--top-p": "0.8", "--min-p": "0", "--repeat-penalty": "1.05",
+                       "--repeat-last-n": "64"}
+    plain_t = bench.llama_command(bins, v, "m.gguf", "hi", 0.8, 7, 64, 2)      # a --temps value: nothing else on
+    assert plain_t[plain_t.index("--top-k") + 1] == "0" and plain_t[plain_t.index("--repeat-penalty") + 1] == "1"
+    assert qwen.config(seed=3) == pymtp.SamplingConfig(temperature=0.7, top_k=20, top_p=0.8,
+                                                       repetition_penalty=1.05, seed=3)
+
+
+def test_smoke_run_with_named_sampling_reports_step_costs(tmp_path, capsys):
+    assert bench.main(["--smoke", "--sampling", "greedy,qwen", "--drafts", "1,2", "--out", str(tmp_path),
+                       "--no-plot"]) == 0
+    table = capsys.readouterr().out
+    assert "qwen" in table and "samp+py %" in table
+    d = json.loads((tmp_path / "bench.json").read_text())
+    assert [s["name"] for s in d["settings"]["sampling"]] == ["greedy", "qwen"]
+    assert d["settings"]["temps"] == [0.0, 0.7]
+    runs = [r for r in d["runs"] if not r["warmup"]]
+    assert {(r["sampling"], r["temperature"]) for r in runs} == {("greedy", 0.0), ("qwen", 0.7)}
+    costs = {(c["sampling"], c["variant"]): c for c in d["step_costs"]}
+    assert set(costs) == {(s, v) for s in ("greedy", "qwen") for v in ("plain", "mtp-1", "mtp-2", "mtp-adaptive")}
+    for (samp, variant), c in costs.items():
+        assert c["n_steps"] > 0 and c["step_ms"] > 0
+        assert 0 < c["sampling_ms_per_step"] and 0 < c["python_ms_per_step"]
+        assert c["sampling_ms_per_step"] + c["python_ms_per_step"] < c["step_ms"]
+        calls = {k: v["calls"] for k, v in c["native_by_call"].items()}
+        assert calls["pymtp_sampler_verify"] == c["n_steps"]        # one verify batch per step, plain too
+        # sampled drafts: one native row per draft token; greedy ones come argmaxed from pymtp_draft_greedy
+        assert (calls.get("pymtp_sampler_row", 0) > 0) == (samp == "qwen" and variant != "plain")
+    rows = [r for r in d["summary"] if r["prompts"] == "all"]
+    assert len(rows) == len(costs)
+    for r in rows:
+        c = costs[(r["sampling"], r["variant"])]
+        assert r["step_costs"]["sampling_python_fraction"] == pytest.approx(
+            (c["sampling_ms_per_step"] + c["python_ms_per_step"]) / c["step_ms"], rel=1e-6)
+
+
+def test_unknown_sampling_name_exits_nonzero(tmp_path, capsys):
+    assert bench.main(["--smoke", "--sampling", "greedy,hot", "--out", str(tmp_path)]) == 2
+    assert "--sampling hot" in capsys.readouterr().err

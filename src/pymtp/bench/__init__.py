@@ -17,7 +17,8 @@ What runs, per model, temperature, repeat and prompt, interleaved in this order:
 (c) and (d) are built from the pinned llama.cpp tree pymtp itself is built from,
 into ``$PYMTP_CACHE_DIR/llama-tools`` (default ``~/.cache/pymtp/llama-tools``).
 All runs use the same thread count, context size, n_predict and sampling
-(top-k/top-p/min-p off, no repetition penalty, end-of-generation ignored).
+(by default top-k/top-p/min-p off, no repetition penalty; ``--sampling greedy,qwen`` gives
+named settings instead: ``sampling``), end-of-generation ignored.
 
 Throughput (``tps``) is generated tokens over decode wall time, prompt excluded:
 for pymtp the wall time of ``generate()`` minus its prefill (so detokenizing and
@@ -29,9 +30,13 @@ Output: ``bench.json`` (settings, machine, every raw run, the summary and the
 Python-overhead profile), ``bench.png`` (needs matplotlib: ``pip install
 'pymtp[plot]'``) and a table on stdout.
 
+Per pymtp variant and setting, one more pass with every native call timed (not part of
+tok/s) gives the step costs: sampling ms per step (the native sampler's calls), Python ms
+per step (step wall time minus native calls) and their share of the step.
+
 One module per job: ``prompts`` (held-out stdlib code and prose), ``models`` (--model
 values), ``llama_build`` (llama.cpp's tools), ``llama_log`` (their logs), ``runners``
-(one run of a variant), ``overhead`` (Python time per step, through
+(one run of a variant), ``sampling`` (the settings), ``overhead`` (Python time per step, through
 ``pymtp._native.instrument``), ``report`` (summary, table, plot), ``cli`` (main).
 """
 
@@ -44,11 +49,12 @@ from .overhead import profile_python_overhead
 from .prompts import Prompt, code_prompts, prose_prompts
 from .report import format_table, plot, summarize
 from .runners import Variant, llama_command, make_variants, run_llama, run_pymtp
+from .sampling import PRESETS, SamplingSetting
 
 __all__ = [
     "main", "build_parser", "parse_llama_output", "code_prompts", "prose_prompts", "Prompt",
     "ensure_llama_tools", "find_llama_source", "cmake_configure_command", "LLAMA_TOOLS",
     "resolve_model", "default_models", "Variant", "make_variants", "llama_command", "run_pymtp", "run_llama",
     "profile_python_overhead", "summarize", "format_table", "plot", "BenchError", "N_CTX", "SCHEMA",
-    "SMOKE_TOKENS",
+    "SMOKE_TOKENS", "PRESETS", "SamplingSetting",
 ]

@@ -17,10 +17,11 @@ from ..session import Session
 from .base import N_CTX, SCHEMA, SMOKE_TOKENS, BenchError, log, n_cores
 from .llama_build import ensure_llama_tools
 from .models import default_models, resolve_model
-from .overhead import profile_python_overhead
+from .overhead import _wrapper_cost, profile_python_overhead, step_costs
 from .prompts import Prompt, code_prompts, prose_prompts
 from .report import format_table, plot, summarize
-from .runners import Variant, llama_command, make_variants, run_llama, run_pymtp
+from .runners import Variant, _spec_arg, llama_command, make_variants, run_llama, run_pymtp
+from .sampling import PRESETS, SamplingSetting, settings
 
 
 def _csv(conv: Callable[[str], Any]) -> Callable[[str], list]:
@@ -38,11 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", action="append", default=None, metavar="PATH",
                     help="GGUF to benchmark (repeatable); also 'default', 'deep' (its deep variant), "
-                         "'fixture:FAMILY[:k=v,...]', 'deep:SPEC' (the deep variant of SPEC) "
+                         "'fixture:FAMILY[:k=v,...]', 'deep:SPEC' (the deep variant of SPEC), 'default-v151k', "
+                         "'default-v248k' (the default model padded to 151,552 / 248,320 tokens), 'vocab:N:SPEC' "
                          "(default: the deep variant and the default model)")
     ap.add_argument("--prompts", choices=("code", "prose", "both"), default="both")
     ap.add_argument("--n-prompts", type=int, default=3, help="prompts per set (default 3)")
-    ap.add_argument("--temps", type=_csv(float), default=[0.0, 0.8], help="temperatures (default 0,0.8)")
+    ap.add_argument("--temps", type=_csv(float), default=[0.0, 0.8],
+                    help="temperatures, nothing else on (default 0,0.8; --sampling replaces them)")
+    ap.add_argument("--sampling", type=_csv(str), default=None, metavar="NAMES",
+                    help=f"named sampling settings instead of --temps, for pymtp and llama.cpp alike: "
+                         f"{', '.join(PRESETS)} (qwen: T=0.7, top-p 0.8, top-k 20, repetition penalty 1.05)")
     ap.add_argument("--drafts", type=_csv(int), default=[1, 2, 3, 4], help="fixed draft lengths (default 1,2,3,4)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
@@ -52,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--llama-bin", default=None, help="directory with prebuilt llama-speculative-simple and "
                                                        "llama-completion")
     ap.add_argument("--build-llama-tools", action="store_true", help="only build the llama.cpp tools, then exit")
-    ap.add_argument("--no-profile", action="store_true", help="skip the Python-overhead profile")
+    ap.add_argument("--no-profile", action="store_true",
+                    help="skip the Python-overhead profile and the per-variant sampling/Python step costs")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--out", default="bench-out", help="output directory (default ./bench-out)")
     ap.add_argument("--smoke", action="store_true",
@@ -105,6 +112,9 @@ def _check_args(args: argparse.Namespace) -> None:
             raise BenchError(f"--{name.replace('_', '-')} must be at least 1")
     if any(k < 1 for k in args.drafts):
         raise BenchError("--drafts must be positive")
+    args.settings = settings(args.sampling, args.temps)
+    if not args.settings:
+        raise BenchError("no sampling settings: give --temps or --sampling")
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -130,21 +140,23 @@ def _main(args: argparse.Namespace) -> int:
         "schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "argv": args.argv,
         "settings": {"threads": threads, "max_tokens": args.max_tokens, "repeats": args.repeats,
-                     "temps": args.temps, "drafts": args.drafts, "prompts": args.prompts,
+                     "temps": [st.temperature for st in args.settings], "drafts": args.drafts,
+                     "sampling": [asdict(st) for st in args.settings], "prompts": args.prompts,
                      "n_prompts": args.n_prompts, "n_ctx": N_CTX, "llama_cpp": llama is not None,
                      "smoke": bool(args.smoke), "variants": [asdict(v) for v in variants]},
         "machine": _machine(), "llama_cpp": llama, "models": [], "prompts": [asdict(p) for p in prompts],
-        "runs": [], "summary": [], "python_overhead": [],
+        "runs": [], "summary": [], "python_overhead": [], "step_costs": [],
     }
     if llama is not None:
         result["llama_cpp"]["example_commands"] = {
-            v.name: llama_command(llama["bins"], v, Path("MODEL.gguf"), "PROMPT", 0.0, 0, args.max_tokens, threads)
+            v.name: llama_command(llama["bins"], v, Path("MODEL.gguf"), "PROMPT", args.settings[0], 0, args.max_tokens,
+                                  threads)
             for v in variants if v.engine == "llama.cpp"}
     t_start = time.perf_counter()
     for mpath in model_paths:
         with Session(mpath, n_ctx=N_CTX, n_threads=threads) as session:
             _bench_model(session, mpath, args, threads, prompts, variants, llama, result)
-    result["summary"] = summarize(result["runs"], variants)
+    result["summary"] = summarize(result["runs"], variants, result["step_costs"])
     result["elapsed_s"] = time.perf_counter() - t_start
     try:
         result["machine"]["loadavg_end"] = list(os.getloadavg())
@@ -167,37 +179,53 @@ def _bench_model(session: Session, mpath: Path, args: argparse.Namespace, thread
     log(f"bench: {label} ({model.architecture}, n_embd {model.n_embd}, {model.n_layer} layers, "
         f"{model.n_params / 1e6:.1f}M params), {len(prompts)} prompts, threads {threads}")
 
-    def one(v: Variant, p: Prompt, temp: float, seed: int, rep: int, n_tok: int, warmup: bool) -> None:
-        rec: dict[str, Any] = {"model": label, "temperature": temp, "prompt": p.id, "kind": p.kind,
+    def one(v: Variant, p: Prompt, st: SamplingSetting, seed: int, rep: int, n_tok: int, warmup: bool) -> None:
+        rec: dict[str, Any] = {"model": label, "temperature": st.temperature, "sampling": st.name,
+                               "prompt": p.id, "kind": p.kind,
                                "repeat": rep, "variant": v.name, "engine": v.engine, "n_draft": v.n_draft,
                                "adaptive": v.adaptive, "seed": seed, "warmup": warmup}
         try:
             if v.engine == "pymtp":
-                rec.update(run_pymtp(session, v, p.text, temp, seed, n_tok))
+                rec.update(run_pymtp(session, v, p.text, st, seed, n_tok))
             else:
-                rec.update(run_llama(llama["bins"], v, mpath, p.text, temp, seed, n_tok, threads))
+                rec.update(run_llama(llama["bins"], v, mpath, p.text, st, seed, n_tok, threads))
             rec["ok"] = True
         except (BenchError, subprocess.TimeoutExpired) as e:
             rec.update(ok=False, error=str(e)[-3000:])
             log(f"bench: {v.name} failed: {str(e)[:300]}")
         runs.append(rec)
 
-    for temp in args.temps:                    # warm-up: every variant once, short, not summarized
+    for st in args.settings:                   # warm-up: every variant once, short, not summarized
         for v in mvariants:
-            one(v, prompts[0], temp, 0, -1, min(16, args.max_tokens), True)
-    for temp in args.temps:
+            one(v, prompts[0], st, 0, -1, min(16, args.max_tokens), True)
+    for st in args.settings:
         for rep in range(args.repeats):
             t_rep = time.perf_counter()
             for p in prompts:
                 for v in mvariants:
-                    one(v, p, temp, 1000 + rep, rep, args.max_tokens, False)
-            log(f"bench: {label} T={temp:g} repeat {rep + 1}/{args.repeats} ({time.perf_counter() - t_rep:.0f}s)")
+                    one(v, p, st, 1000 + rep, rep, args.max_tokens, False)
+            log(f"bench: {label} {st.name} repeat {rep + 1}/{args.repeats} ({time.perf_counter() - t_rep:.0f}s)")
 
-    if not args.no_profile and model.mtp_loaded:
-        for temp in args.temps[:1]:
+    if args.no_profile:
+        return
+    try:                                       # every native call timed: its own pass, not in tok/s
+        cost = _wrapper_cost()
+        for st in args.settings:
+            for v in mvariants:
+                if v.engine == "pymtp":
+                    spec = _spec_arg(v) or None
+                    rec = step_costs(session, spec, [p.text for p in prompts], st.config(seed=2000),
+                                     max_tokens=args.max_tokens, wrapper_cost=cost)
+                    result["step_costs"].append({"model": label, "sampling": st.name, "temperature": st.temperature,
+                                                 "variant": v.name, **rec})
+    except Exception as e:  # the profile must not lose the benchmark
+        log(f"bench: step-cost profile failed: {e!r}")
+    if model.mtp_loaded:
+        for st in args.settings[:1]:
             try:
-                prof = profile_python_overhead(session, prompts[0].text, max_tokens=args.max_tokens, temp=temp)
-                prof["model"] = label
+                prof = profile_python_overhead(session, prompts[0].text, max_tokens=args.max_tokens,
+                                               sampling=st.config(seed=0))
+                prof["model"], prof["sampling"] = label, st.name
                 result["python_overhead"].append(prof)
             except Exception as e:  # the profile must not lose the benchmark
                 log(f"bench: python-overhead profile failed: {e!r}")
@@ -209,7 +237,7 @@ def _report(result: dict[str, Any], args: argparse.Namespace, out: Path) -> int:
     jpath.write_text(json.dumps(result, indent=1, default=str))
     print(format_table(result["summary"], kinds=("all",) if args.prompts != "both" else ("all", "code", "prose")))
     for prof in result["python_overhead"]:
-        print(f"\nPython overhead per speculative step ({prof['model']}, T={prof['temperature']:g}, adaptive): "
+        print(f"\nPython overhead per speculative step ({prof['model']}, {prof['sampling']}, adaptive): "
               f"{100 * prof['python_fraction']:.1f}% of step time "
               f"({prof['python_us_per_step']:.0f} us of {prof['step_us']:.0f} us per step; "
               f"SpecStats view: {100 * prof['specstats_python_fraction']:.1f}%)")

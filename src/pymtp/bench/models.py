@@ -40,6 +40,19 @@ def resolve_model(spec: str) -> Path:
             return deep_variant_path()
         except FileNotFoundError as e:
             raise BenchError(f"cannot make the deep variant: {e}. Pass --model PATH") from None
+    if spec.startswith("default-v") or spec.startswith("vocab:"):
+        from ..testing.vocab import VOCABS, padded_vocab_path
+
+        if spec.startswith("vocab:"):
+            n, _, rest = spec[6:].partition(":")
+            if not n.isdigit() or not rest:
+                raise BenchError(f"--model {spec}: expected vocab:N:SPEC, e.g. vocab:8192:fixture:glm4moe")
+            return padded_vocab_path(int(n), resolve_model(rest))
+        n_vocab = VOCABS.get(spec[len("default-"):])
+        if n_vocab is None:
+            raise BenchError(f"--model {spec}: the padded default models are "
+                             + ", ".join(f"default-{k}" for k in VOCABS))
+        return padded_vocab_path(n_vocab, resolve_model("default"))
     if spec.startswith("deep:"):
         from ..testing.deep import deep_variant_path
 

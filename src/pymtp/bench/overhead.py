@@ -1,5 +1,7 @@
-"""Python overhead of a speculative step: time inside libpymtp's calls against the
-step's wall time, counted through ``pymtp._native.instrument``."""
+"""Python overhead of a step: time inside libpymtp's calls against the step's wall time,
+counted through ``pymtp._native.instrument``: the adaptive policy's profile (with a cProfile
+top list), and per variant the sampling time (the native sampler's calls) and the Python
+time per step (``step_costs``)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import pstats
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .._native import instrument, lib
 from ..config import SamplingConfig, SpecConfig
@@ -56,14 +58,58 @@ def _run_steps(s: MTPSpeculator, max_tokens: int) -> float:
     return time.perf_counter() - t0
 
 
+#: The native sampler's calls: the transform, draw and verification of rows (sampler.cpp) and
+#: the drafter's greedy argmax.
+SAMPLER_CALLS = ("pymtp_sampler_row", "pymtp_sampler_verify", "pymtp_rows_argmax", "pymtp_sampler_set_dense",
+                 "pymtp_sampler_set_point", "pymtp_sampler_slot")
+
+
+def step_costs(session: Session, spec: SpecConfig | None, prompts: Sequence[str], sampling: SamplingConfig, *,
+               max_tokens: int, wrapper_cost: float | None = None) -> dict[str, Any]:
+    """One generation per prompt, stepped (prefill excluded) with every native call timed:
+    per step, the wall time, the time in the native sampler's calls (SAMPLER_CALLS), in all
+    native calls, and the rest (Python and numpy, less the instrumentation's own cost).
+    spec None: plain decoding."""
+    cost = _wrapper_cost() if wrapper_cost is None else wrapper_cost
+    tally = NativeTally()
+    wall = 0.0
+    n_steps = n_tokens = 0
+    with session.lock:
+        for prompt in prompts:
+            s = session.speculator(sampling, spec)
+            s.start(session.model.tokenize(prompt))
+            with instrument(tally):
+                wall += _run_steps(s, max_tokens)
+            n_steps += s.stats.n_steps
+            n_tokens += s.stats.n_emitted
+    native = sum(tally.seconds.values())
+    n_calls = sum(tally.calls.values())
+    samp = sum(tally.seconds.get(k, 0.0) for k in SAMPLER_CALLS)
+    py = max(wall - native - n_calls * cost, 0.0)
+    per = 1e3 / n_steps if n_steps else 0.0
+    frac = (lambda x: x / wall if wall > 0 else 0.0)   # noqa: E731
+    return {
+        "n_prompts": len(prompts), "n_steps": n_steps, "n_tokens": n_tokens, "wall_s": wall,
+        "step_ms": wall * per, "sampling_ms_per_step": samp * per, "python_ms_per_step": py * per,
+        "native_ms_per_step": native * per, "sampling_fraction": frac(samp), "python_fraction": frac(py),
+        "sampling_python_fraction": frac(samp + py), "wrapper_cost_us": cost * 1e6,
+        "sampler_calls_per_step": sum(tally.calls.get(k, 0) for k in SAMPLER_CALLS) / n_steps if n_steps else 0.0,
+        "native_by_call": {k: {"s": tally.seconds[k], "calls": tally.calls[k]}
+                           for k in sorted(tally.seconds, key=tally.seconds.get, reverse=True)},
+    }
+
+
 def profile_python_overhead(session: Session, prompt: str, *, max_tokens: int, temp: float = 0.0, seed: int = 0,
-                            adaptive: bool = True, n_draft: int = 3, cprofile: bool = True) -> dict[str, Any]:
+                            adaptive: bool = True, n_draft: int = 3, cprofile: bool = True,
+                            sampling: SamplingConfig | None = None) -> dict[str, Any]:
     """Run one speculative generation step by step (the session's speculator directly) and
     split its step time into native calls (libpymtp: decodes, logits/hidden views, seq_rm)
-    and the rest (Python and numpy: drafting logic, sampling/verification, hand-off copies)."""
+    and the rest (Python and numpy: drafting logic, sampling/verification, hand-off copies).
+    sampling (optional) replaces temp and seed."""
     spec = SpecConfig() if adaptive else SpecConfig(n_draft=n_draft, adaptive=False)
     toks = session.model.tokenize(prompt)
-    sampling = SamplingConfig(temperature=temp, seed=seed)
+    sampling = sampling or SamplingConfig(temperature=temp, seed=seed)
+    temp = sampling.temperature
 
     def started() -> MTPSpeculator:
         s = session.speculator(sampling, spec)

@@ -16,36 +16,45 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else 0.0
 
 
-def summarize(runs: list[dict[str, Any]], variants: list[Variant]) -> list[dict[str, Any]]:
-    """One row per (model, temperature, prompt set, variant): medians and ratios."""
+def _sampling(r: dict[str, Any]) -> str:
+    return r.get("sampling") or f"T={r['temperature']:g}"       # runs from before --sampling
+
+
+def summarize(runs: list[dict[str, Any]], variants: list[Variant],
+              step_costs: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """One row per (model, sampling setting, prompt set, variant): medians and ratios; the
+    rows over all prompts also get the variant's step costs (sampling and Python per step)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
+    settings_order: dict[str, int] = {}
     for r in runs:
         if r.get("ok") and not r.get("warmup"):
+            settings_order.setdefault(_sampling(r), len(settings_order))
             for kind in (r["kind"], "all"):
-                groups[(r["model"], r["temperature"], kind, r["variant"])].append(r)
+                groups[(r["model"], _sampling(r), kind, r["variant"])].append(r)
     order = {v.name: i for i, v in enumerate(variants)}
     vmap = {v.name: v for v in variants}
+    costs = {(c["model"], c["sampling"], c["variant"]): c for c in step_costs or ()}
     med = {key: _median([r["tps"] for r in rs]) for key, rs in groups.items()}
     rows = []
-    for key in sorted(groups, key=lambda k: (k[0], k[1], k[2] != "all", k[2], order.get(k[3], 99))):
-        model, temp, kind, name = key
+    for key in sorted(groups, key=lambda k: (k[0], settings_order[k[1]], k[2] != "all", k[2], order.get(k[3], 99))):
+        model, samp, kind, name = key
         rs = groups[key]
         v = vmap.get(name)
         tps = [r["tps"] for r in rs]
         row: dict[str, Any] = {
-            "model": model, "temperature": temp, "prompts": kind, "variant": name,
+            "model": model, "temperature": rs[0]["temperature"], "sampling": samp, "prompts": kind, "variant": name,
             "engine": rs[0]["engine"], "n_draft": rs[0]["n_draft"], "adaptive": rs[0]["adaptive"],
             "n_runs": len(rs), "tps_median": med[key], "tps_min": min(tps), "tps_max": max(tps),
             "n_tokens_median": _median([r["n_tokens"] for r in rs]),
         }
-        plain = med.get((model, temp, kind, "plain"))
+        plain = med.get((model, samp, kind, "plain"))
         row["vs_plain"] = row["tps_median"] / plain if plain else None
         ref = None
         if v is not None and v.speculative:
             ref = f"llama-mtp-{v.n_draft}"
         elif v is not None:
             ref = "llama-plain"
-        lm = med.get((model, temp, kind, ref)) if ref else None
+        lm = med.get((model, samp, kind, ref)) if ref else None
         row["vs_llama"] = row["tps_median"] / lm if lm else None
         row["vs_llama_ref"] = ref if lm else None
         if v is not None and v.speculative:
@@ -76,6 +85,10 @@ def summarize(runs: list[dict[str, Any]], variants: list[Variant]) -> list[dict[
             tot = sum(r["t_total"] for r in rs)
             row["time_split"] = {k: sum(r[f"t_{k}"] for r in rs) / tot if tot else 0.0
                                  for k in ("draft", "verify", "python")}
+        c = costs.get((model, samp, name)) if kind == "all" else None
+        if c is not None:
+            row["step_costs"] = {k: c[k] for k in ("step_ms", "sampling_ms_per_step", "python_ms_per_step",
+                                                   "sampling_python_fraction", "sampler_calls_per_step")}
         rows.append(row)
     return rows
 
@@ -85,21 +98,24 @@ def _fmt_ratio(x: float | None) -> str:
 
 
 def format_table(summary: list[dict[str, Any]], *, kinds: Sequence[str] = ("all",)) -> str:
-    hdr = ["model", "T", "set", "variant", "tok/s", "min-max", "x plain", "x llama", "tok/step", "acc/pos",
-           "draft/verify/py %"]
+    hdr = ["model", "sampling", "set", "variant", "tok/s", "min-max", "x plain", "x llama", "tok/step", "acc/pos",
+           "draft/verify/py %", "step ms", "samp ms", "py ms", "samp+py %"]
     lines = []
     for r in summary:
         if r["prompts"] not in kinds:
             continue
         accp = r.get("accepted_per_step_by_position")
         split = r.get("time_split")
+        c = r.get("step_costs")
         lines.append([
-            r["model"][:34], f"{r['temperature']:g}", r["prompts"], r["variant"],
+            r["model"][:34], r.get("sampling") or f"T={r['temperature']:g}", r["prompts"], r["variant"],
             f"{r['tps_median']:.1f}", f"{r['tps_min']:.0f}-{r['tps_max']:.0f}",
             _fmt_ratio(r.get("vs_plain")), _fmt_ratio(r.get("vs_llama")),
             f"{r['tokens_per_step']:.2f}" if r.get("tokens_per_step") else "-",
             " ".join(f"{x:.2f}" for x in accp) if accp else "-",
             "/".join(f"{100 * split[k]:.0f}" for k in ("draft", "verify", "python")) if split else "-",
+            *((f"{c['step_ms']:.2f}", f"{c['sampling_ms_per_step']:.3f}", f"{c['python_ms_per_step']:.3f}",
+               f"{100 * c['sampling_python_fraction']:.1f}") if c else ("-",) * 4),
         ])
     widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h) for i, h in enumerate(hdr)]
     out = ["  ".join(h.ljust(w) for h, w in zip(hdr, widths)), "  ".join("-" * w for w in widths)]
@@ -119,12 +135,12 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
         log("bench: matplotlib is missing (pip install 'pymtp[plot]'): no plot")
         return None
     rows = [r for r in result["summary"] if r["prompts"] == "all"]
-    panels = sorted({(r["model"], r["temperature"]) for r in rows})
+    panels = list(dict.fromkeys((r["model"], r.get("sampling") or f"T={r['temperature']:g}") for r in rows))
     if not panels:
         return None
     fig, axes = plt.subplots(2, len(panels), figsize=(max(6, 5 * len(panels)), 8), squeeze=False)
     for j, (m, t) in enumerate(panels):
-        rs = [r for r in rows if r["model"] == m and r["temperature"] == t]
+        rs = [r for r in rows if r["model"] == m and (r.get("sampling") or f"T={r['temperature']:g}") == t]
         ax = axes[0][j]
         colors = ["tab:gray" if r["engine"] == "pymtp" and r["n_draft"] is None else
                   "tab:blue" if r["engine"] == "pymtp" else
@@ -134,7 +150,7 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
                capsize=2)
         ax.set_xticks(range(len(rs)), [r["variant"] for r in rs], rotation=45, ha="right", fontsize=8)
         ax.set_ylabel("tokens/s (median)")
-        ax.set_title(f"{m[:40]}\nT={t:g}", fontsize=9)
+        ax.set_title(f"{m[:40]}\n{t}", fontsize=9)
         ax2 = axes[1][j]
         for r in rs:
             acc = r.get("accepted_per_step_by_position")

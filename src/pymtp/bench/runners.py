@@ -14,6 +14,7 @@ from ..generate import generate
 from ..session import Session
 from .base import N_CTX, BenchError
 from .llama_log import parse_llama_output
+from .sampling import SamplingSetting, from_temperature
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,16 @@ def _spec_arg(v: Variant) -> SpecConfig | bool:
     return SpecConfig(n_draft=v.n_draft, adaptive=v.adaptive)
 
 
-def run_pymtp(session: Session, v: Variant, prompt: str, temp: float, seed: int, max_tokens: int) -> dict[str, Any]:
+def _setting(temp: float | SamplingSetting) -> SamplingSetting:
+    return temp if isinstance(temp, SamplingSetting) else from_temperature(temp)
+
+
+def run_pymtp(session: Session, v: Variant, prompt: str, temp: float | SamplingSetting, seed: int,
+              max_tokens: int) -> dict[str, Any]:
+    """One generate() of v; temp: a temperature (nothing else on) or a SamplingSetting."""
     t0 = time.perf_counter()
-    r = generate(prompt, session, max_tokens=max_tokens, temperature=temp, seed=seed, ignore_eos=True,
-                 speculative=_spec_arg(v))
+    r = generate(prompt, session, max_tokens=max_tokens, seed=seed, ignore_eos=True,
+                 speculative=_spec_arg(v), **_setting(temp).generate_kwargs())
     wall = time.perf_counter() - t0
     st = r.stats
     n = len(r.tokens)
@@ -63,11 +70,11 @@ def run_pymtp(session: Session, v: Variant, prompt: str, temp: float, seed: int,
     }
 
 
-def llama_command(bins: dict[str, str], v: Variant, model: Path, prompt: str, temp: float, seed: int,
-                  max_tokens: int, threads: int, n_ctx: int = N_CTX) -> list[str]:
+def llama_command(bins: dict[str, str], v: Variant, model: Path, prompt: str, temp: float | SamplingSetting,
+                  seed: int, max_tokens: int, threads: int, n_ctx: int = N_CTX) -> list[str]:
     common = ["-m", str(model), "-p", prompt, "-n", str(max_tokens), "-c", str(n_ctx),
-              "-t", str(threads), "-tb", str(threads), "--temp", f"{temp:g}", "--seed", str(seed),
-              "--top-k", "0", "--top-p", "1.0", "--min-p", "0.0", "--repeat-penalty", "1.0", "--ignore-eos"]
+              "-t", str(threads), "-tb", str(threads), *_setting(temp).llama_args(), "--seed", str(seed),
+              "--ignore-eos"]
     if v.speculative:
         return [bins["llama-speculative-simple"], *common, "--spec-type", "draft-mtp",
                 "--spec-draft-n-max", str(v.n_draft), "--spec-draft-n-min", "0", "--spec-draft-p-min", "0",
@@ -75,7 +82,7 @@ def llama_command(bins: dict[str, str], v: Variant, model: Path, prompt: str, te
     return [bins["llama-completion"], *common, "-no-cnv", "--no-display-prompt", "-lv", "4"]
 
 
-def run_llama(bins: dict[str, str], v: Variant, model: Path, prompt: str, temp: float, seed: int,
+def run_llama(bins: dict[str, str], v: Variant, model: Path, prompt: str, temp: float | SamplingSetting, seed: int,
               max_tokens: int, threads: int, timeout: float = 600) -> dict[str, Any]:
     cmd = llama_command(bins, v, model, prompt, temp, seed, max_tokens, threads)
     # llama.cpp logs from a worker thread; once in a while the tail of the log (the timings)
