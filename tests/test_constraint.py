@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_distribution import (N_SAMPLES, N_THREADS, P_EXACT, Coverage, draw, p_values, q_of,
-                               sample_continuations)
+from test_distribution import (N_SAMPLES, N_THREADS, P_EXACT, Coverage, draw, exact_continuations, p_values,
+                               q_of, sample_continuations)
 
 import pymtp
 from pymtp import SamplingConfig, SpecConfig
-from pymtp.model import last_row_only
 from pymtp.sampling import Sampler
 
 
@@ -95,31 +94,6 @@ def test_the_output_ends_when_the_constraint_is_complete(models):
 TOP_K6 = SamplingConfig(temperature=1.0, top_k=6)
 
 
-def exact_constrained(model, prompt: list[int], sampling: SamplingConfig, depth: int) -> dict[tuple, float]:
-    """The exact distribution of plain constrained sampling's next depth tokens."""
-    sampler = Sampler(sampling, n_vocab=model.n_vocab)
-    out: dict[tuple, float] = {}
-    with pymtp.TargetContext(model, n_ctx=len(prompt) + depth + 8, n_batch=len(prompt) + depth,
-                             n_threads=N_THREADS) as t:
-        def walk(seq: list[int], prob: float) -> None:
-            t.seq_rm(0)
-            t.decode(seq, 0, output=last_row_only(len(seq)))
-            c = Parity(model.n_vocab)
-            for tok in seq[len(prompt):]:
-                assert c.accept(tok)
-            sampler.constrain(c)
-            p = sampler.probs(t.logits()[-1].copy(), seq)
-            for tok in np.flatnonzero(p):
-                key = tuple(seq[len(prompt):]) + (int(tok),)
-                if len(key) == depth:
-                    out[key] = prob * float(p[tok])
-                else:
-                    walk(seq + [int(tok)], prob * float(p[tok]))
-
-        walk(list(prompt), 1.0)
-    return out
-
-
 def _target_unmasked(self, target_rows, draft, draft_probs, history):
     """Wrong: the head's q is masked, the target's p is not."""
     free = Sampler(self.config, n_vocab=self.n_vocab)
@@ -145,7 +119,7 @@ def _target_unmasked(self, target_rows, draft, draft_probs, history):
 def constrained_case(gguf):
     with pymtp.load(gguf("glm4moe"), n_ctx=64, n_threads=N_THREADS) as s:
         prompt = s.tokenize("def f(x")
-        yield s, prompt, exact_constrained(s.model, prompt, TOP_K6, 3)
+        yield s, prompt, exact_continuations(s.model, prompt, TOP_K6, 3, constraint=lambda: Parity(s.model.n_vocab))
 
 
 def test_constrained_speculative_sampling_keeps_the_distribution(constrained_case):

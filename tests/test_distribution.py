@@ -136,17 +136,25 @@ def p_values(samples: Counter, exact: dict, depth: int) -> list[float]:
 # ---- plain sampling, exactly ------------------------------------------------------------------------
 
 
-def exact_continuations(model, prompt: list[int], sampling: SamplingConfig, depth: int) -> dict[tuple, float]:
+def exact_continuations(model, prompt: list[int], sampling: SamplingConfig, depth: int,
+                        constraint=None) -> dict[tuple, float]:
     """The probability plain sampling gives each continuation of depth tokens: every prefix in the
     support is decoded (from position 0: recurrent models cannot trim) and its last row turned into
-    a distribution by Sampler.probs with the whole text as history, as plain decoding does."""
-    sampler = Sampler(sampling)
+    a distribution by Sampler.probs with the whole text as history, as plain decoding does.
+    constraint: a callable making a TokenConstraint (constrained sampling: each row is masked with
+    its state after the generated tokens before it)."""
+    sampler = Sampler(sampling, n_vocab=model.n_vocab)
     out: dict[tuple, float] = {}
     with pymtp.TargetContext(model, n_ctx=len(prompt) + depth + 8, n_batch=len(prompt) + depth,
                              n_threads=N_THREADS) as t:
         def walk(seq: list[int], prob: float) -> None:
             t.seq_rm(0)
             t.decode(seq, 0, output=last_row_only(len(seq)))
+            if constraint is not None:
+                c = constraint()
+                for tok in seq[len(prompt):]:
+                    assert c.accept(tok)
+                sampler.constrain(c)
             p = sampler.probs(t.logits()[-1].copy(), seq)
             for tok in np.flatnonzero(p):
                 key = tuple(seq[len(prompt):]) + (int(tok),)

@@ -35,6 +35,25 @@ _KNOWN_ENDS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|user|>
                "<｜end▁of▁sentence｜>", "<|endoftext|>", "<|end_of_text|>")
 
 
+def content_text(content, i: int) -> str | None:
+    """A message's content as text: a string, or OpenAI's list of text parts joined (None stays
+    None); other parts (images...) raise ValueError naming message i."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for p in content:
+            if isinstance(p, str):
+                parts.append(p)
+            elif isinstance(p, dict) and p.get("type") == "text":
+                parts.append(str(p.get("text", "")))
+            else:
+                kind = p.get("type") if isinstance(p, dict) else type(p).__name__
+                raise ValueError(f"message {i}: only text content is supported, got a {kind!r} part")
+        return "".join(parts)
+    raise ValueError(f"message {i}: content must be a string or a list of text parts")
+
+
 def normalize_messages(messages: str | Message | Iterable[Message]) -> list[dict[str, str]]:
     """Messages as a list of {"role", "content"} dicts with string content.
 
@@ -51,21 +70,7 @@ def normalize_messages(messages: str | Message | Iterable[Message]) -> list[dict
         role, content = m["role"], m.get("content")
         if not isinstance(role, str) or not role:
             raise ValueError(f"message {i}: role must be a non-empty string")
-        if content is None:
-            content = ""
-        elif isinstance(content, list):
-            parts = []
-            for p in content:
-                if isinstance(p, str):
-                    parts.append(p)
-                elif isinstance(p, dict) and p.get("type") == "text":
-                    parts.append(str(p.get("text", "")))
-                else:
-                    kind = p.get("type") if isinstance(p, dict) else type(p).__name__
-                    raise ValueError(f"message {i}: only text content is supported, got a {kind!r} part")
-            content = "".join(parts)
-        elif not isinstance(content, str):
-            raise ValueError(f"message {i}: content must be a string or a list of text parts")
+        content = content_text(content, i) or ""
         out.append({"role": role, "content": content})
     if not out:
         raise ValueError("messages is empty: give at least one message")

@@ -27,6 +27,8 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, Iterable
 
+from .chat import content_text
+
 __all__ = ["render", "render_chat", "template_messages", "tool_prompt", "uses_jinja", "template_mentions_tools"]
 
 
@@ -86,23 +88,6 @@ def _compile(template: str):
         raise ValueError(f"the chat template is not valid Jinja (line {e.lineno}): {e.message}") from None
 
 
-def _text(content, i: int) -> str | None:
-    if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for p in content:
-            if isinstance(p, str):
-                parts.append(p)
-            elif isinstance(p, dict) and p.get("type") == "text":
-                parts.append(str(p.get("text", "")))
-            else:
-                kind = p.get("type") if isinstance(p, dict) else type(p).__name__
-                raise ValueError(f"message {i}: only text content is supported, got a {kind!r} part")
-        return "".join(parts)
-    raise ValueError(f"message {i}: content must be a string or a list of text parts")
-
-
 def template_messages(messages: str | dict | Iterable[dict]) -> list[dict[str, Any]]:
     """Messages as a template expects them: text content (parts joined; None kept for an
     assistant turn with tool calls only, "" otherwise), other fields kept, tool-call
@@ -116,7 +101,7 @@ def template_messages(messages: str | dict | Iterable[dict]) -> list[dict[str, A
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not m["role"]:
             raise ValueError(f"message {i} must be a dict with a non-empty 'role', got {m!r}")
         m = copy.deepcopy(m)
-        m["content"] = _text(m.get("content"), i)
+        m["content"] = content_text(m.get("content"), i)
         if m["content"] is None and not m.get("tool_calls"):
             m["content"] = ""
         calls = m.get("tool_calls")
