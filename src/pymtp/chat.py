@@ -19,6 +19,7 @@ from typing import Iterable, Sequence
 from .generate import GenerationResult, ModelLike, TextStream, generate, stream
 from .model import Model
 from .session import Session, as_session
+from .template import content_text
 
 __all__ = ["chat", "chat_stream", "chat_prompt", "chat_prompt_tokens", "chat_stop_strings", "end_marker_stops",
            "merge_stops", "normalize_messages"]
@@ -33,25 +34,6 @@ _OPENERS = ("<|im_start|>", "<start_of_turn>", "<|start_header_id|>", "<s>", "[I
 # Well-known end-of-turn markers, used when the probe finds none.
 _KNOWN_ENDS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|user|>", "<|observation|>",
                "<｜end▁of▁sentence｜>", "<|endoftext|>", "<|end_of_text|>")
-
-
-def content_text(content, i: int) -> str | None:
-    """A message's content as text: a string, or OpenAI's list of text parts joined (None stays
-    None); other parts (images...) raise ValueError naming message i."""
-    if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for p in content:
-            if isinstance(p, str):
-                parts.append(p)
-            elif isinstance(p, dict) and p.get("type") == "text":
-                parts.append(str(p.get("text", "")))
-            else:
-                kind = p.get("type") if isinstance(p, dict) else type(p).__name__
-                raise ValueError(f"message {i}: only text content is supported, got a {kind!r} part")
-        return "".join(parts)
-    raise ValueError(f"message {i}: content must be a string or a list of text parts")
 
 
 def normalize_messages(messages: str | Message | Iterable[Message]) -> list[dict[str, str]]:

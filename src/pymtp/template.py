@@ -27,8 +27,6 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, Iterable
 
-from .chat import content_text
-
 __all__ = ["render", "render_chat", "template_messages", "tool_prompt", "uses_jinja", "template_mentions_tools"]
 
 
@@ -86,6 +84,25 @@ def _compile(template: str):
         return env.from_string(template)
     except jinja2.exceptions.TemplateSyntaxError as e:
         raise ValueError(f"the chat template is not valid Jinja (line {e.lineno}): {e.message}") from None
+
+
+def content_text(content, i: int) -> str | None:
+    """A message's content as text: a string, or OpenAI's list of text parts joined (None stays
+    None); other parts (images...) raise ValueError naming message i."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for p in content:
+            if isinstance(p, str):
+                parts.append(p)
+            elif isinstance(p, dict) and p.get("type") == "text":
+                parts.append(str(p.get("text", "")))
+            else:
+                kind = p.get("type") if isinstance(p, dict) else type(p).__name__
+                raise ValueError(f"message {i}: only text content is supported, got a {kind!r} part")
+        return "".join(parts)
+    raise ValueError(f"message {i}: content must be a string or a list of text parts")
 
 
 def template_messages(messages: str | dict | Iterable[dict]) -> list[dict[str, Any]]:
