@@ -1,5 +1,5 @@
-"""Tokens/s of plain decoding, the MTP head and prompt lookup on a code-edit chat and a
-no-repetition chat, interleaved, medians.
+"""Tokens/s of plain decoding, the MTP head, prompt lookup and the hybrid of both on a code-edit
+chat and a no-repetition chat, interleaved, medians.
 
     python tools/measure_drafters.py [--model default] [--repeats 3] [--tokens 128] [--threads 2]
 
@@ -15,7 +15,8 @@ import statistics
 import pymtp
 from pymtp.train import data
 
-VARIANTS = {"plain": False, "mtp-2": {"n_draft": 2}, "lookup-8": {"drafter": "lookup", "n_draft": 8}}
+VARIANTS = {"plain": False, "mtp-2": {"n_draft": 2}, "lookup-8": {"drafter": "lookup", "n_draft": 8},
+            "hybrid-8": {"drafter": "hybrid", "n_draft": 8}}
 
 
 def workloads() -> dict[str, list[dict]]:
@@ -45,16 +46,17 @@ def main() -> None:
                 r = pymtp.chat(msgs, session, max_tokens=args.tokens, ignore_eos=True, speculative=spec)
                 st = r.stats
                 rows.setdefault((wname, vname), []).append((st.tokens_per_second, st.tokens_per_step,
-                                                            st.acceptance_rate))
+                                                            st.acceptance_rate, st.by_source))
     print(f"{pymtp.system_info()}; threads {args.threads}; {args.tokens} tokens; medians of {args.repeats}")
     for wname in workloads():
         base = statistics.median(x[0] for x in rows[wname, "plain"])
         for vname in VARIANTS:
             v = rows[wname, vname]
             tps = statistics.median(x[0] for x in v)
+            src = ", ".join(f"{k} {d}/{a}" for k, (d, a) in sorted(v[-1][3].items()))
             print(f"{wname:10s} {vname:9s} {tps:7.1f} tok/s  x plain {tps / base:5.2f}  "
                   f"tokens/step {statistics.median(x[1] for x in v):5.2f}  "
-                  f"acceptance {statistics.median(x[2] for x in v):.2f}")
+                  f"acceptance {statistics.median(x[2] for x in v):.2f}  drafted/accepted by source (last run): {src}")
 
 
 if __name__ == "__main__":

@@ -67,9 +67,10 @@ class SpecConfig(BaseModel):
     cooldown: int = Field(0, ge=0, le=16)
     cooldown_steps: int = Field(1, ge=0, le=1024)
     n_min: int = Field(1, ge=1, le=16, description="the shortest draft the adaptive policy uses")
-    drafter: Literal["mtp", "lookup"] = Field(
+    drafter: Literal["mtp", "lookup", "hybrid"] = Field(
         "mtp", description="mtp: the model's MTP head; lookup: copy what followed the last n-gram "
-        "earlier in the text (prompt lookup, no model call; works without MTP blocks)")
+        "earlier in the text (prompt lookup, no model call; works without MTP blocks); hybrid: lookup "
+        "where it matches, the MTP head elsewhere (pymtp.hybrid)")
     ngram: int = Field(3, ge=1, le=16, description="prompt lookup: the longest suffix it matches")
     # 4096 measured best on the default model: draft cost / 4.25, acceptance at draft length 1
     # within a point of the whole vocabulary, short and long contexts (tools/measure_draft_vocab.py).

@@ -62,6 +62,7 @@ class Drafter:
 
     max_draft = 16
     wants_hidden = False
+    last_source = ""          # who proposed the last draft, for the statistics per source
 
     def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
                 p_min: float = 0.0) -> Draft:
@@ -87,6 +88,7 @@ class MTPDrafter(Drafter):
     """Drives a DraftContext. See the module docstring for the hand-off rule."""
 
     wants_hidden = True
+    last_source = "mtp"
 
     def __init__(self, draft: DraftContext) -> None:
         self.ctx = draft

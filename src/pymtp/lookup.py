@@ -17,6 +17,8 @@ class PromptLookupDrafter(Drafter):
     """ngram: the longest suffix of the text it matches (shorter ones are tried down to
     min_ngram); max_draft: the most tokens it copies per step."""
 
+    last_source = "lookup"
+
     def __init__(self, n_vocab: int, ngram: int = 3, min_ngram: int = 1, max_draft: int = 16) -> None:
         if not 1 <= min_ngram <= ngram:
             raise ValueError(f"need 1 <= min_ngram <= ngram, got {min_ngram}, {ngram}")

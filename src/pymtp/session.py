@@ -20,6 +20,8 @@ from .config import SamplingConfig, SpecConfig
 from .errors import InvalidHandleError, UnsupportedError
 from .model import DraftContext, Model, TargetContext
 from .rollback import n_rs_seq_for
+from .drafter import MTPDrafter
+from .hybrid import HybridDrafter
 from .lookup import PromptLookupDrafter
 from .speculator import MTPSpeculator
 
@@ -110,7 +112,7 @@ class Session:
         kept while the contexts and the drafter kind stay the same: its caches are reused."""
         target, draft = self._ensure_contexts()
         kind = None if spec is None else spec.drafter
-        if kind == "mtp" and draft is None:
+        if kind in ("mtp", "hybrid") and draft is None:
             m = self.model
             raise UnsupportedError(
                 f"{m.path.name} has no MTP blocks (architecture {m.architecture}, n_mtp_layers={m.n_mtp_layers}, "
@@ -123,7 +125,9 @@ class Session:
                 last.sampling = sampling
             return last
         drafter = (draft if kind == "mtp" else
-                   PromptLookupDrafter(self.model.n_vocab) if kind == "lookup" else None)
+                   PromptLookupDrafter(self.model.n_vocab) if kind == "lookup" else
+                   HybridDrafter(MTPDrafter(draft), PromptLookupDrafter(self.model.n_vocab)) if kind == "hybrid"
+                   else None)
         self._speculator = MTPSpeculator(target, drafter, sampling, spec or SpecConfig())
         self._speculator_kind = kind
         return self._speculator

@@ -216,7 +216,10 @@ class MTPSpeculator:
         if self.policy:
             self.policy.update(len(draft.tokens), n_acc, t_draft, t_verify)
             self.stats.cooldown_steps = self.policy.cooldown_steps_taken
-        result = StepResult(draft.tokens, n_acc, emitted, t_draft, t_verify, time.perf_counter() - t0)
+        source = (self.drafter.last_source or type(self.drafter).__name__) if draft.tokens else ""
+        if hasattr(self.drafter, "accepted"):
+            self.drafter.accepted(len(draft.tokens), n_acc)
+        result = StepResult(draft.tokens, n_acc, emitted, t_draft, t_verify, time.perf_counter() - t0, source)
         self.stats.record(result)
         self._remember_writes()
         return result

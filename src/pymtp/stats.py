@@ -19,6 +19,7 @@ class StepResult:
     t_draft: float            # seconds proposing (draft-head decodes and token choice)
     t_verify: float           # seconds in the target decode and rollback (native)
     t_total: float
+    source: str = ""          # which drafter proposed ("mtp", "lookup"; "" for a plain step)
 
 
 @dataclass
@@ -40,8 +41,12 @@ class SpecStats:
     n_reused: int = 0               # prompt positions taken from the cache, not decoded again
     reuse_miss: str = ""            # why more of the prompt could not be reused ("" = all it shared)
     draft_vocab: int = 0            # tokens the MTP head scored (a trimmed draft vocabulary; 0 = all)
+    by_source: dict = field(default_factory=dict)   # drafter -> (drafted, accepted) tokens
 
     def record(self, r: StepResult) -> None:
+        if r.drafted and r.source:
+            d, a = self.by_source.get(r.source, (0, 0))
+            self.by_source[r.source] = (d + len(r.drafted), a + r.n_accepted)
         self.n_steps += 1
         self.n_drafted += len(r.drafted)
         self.n_accepted += r.n_accepted
