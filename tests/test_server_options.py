@@ -340,3 +340,23 @@ def test_logit_bias_and_penalties_reach_the_sampler(served, client):
     status, _, body = call(served.url + "/v1/completions",
                            {"model": MODEL, "prompt": prompt, "logit_bias": {str(served.model.n_vocab): 1}})
     assert status == 400 and "outside the vocabulary" in error_of(body)["message"]
+
+
+def test_logprobs_of_the_chosen_tokens(served, client):
+    import math
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8,
+                                       temperature=0, logprobs=True, extra_body={"ignore_eos": True})
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens == 8
+    # (a token can be part of a UTF-8 character: its bytes join up, its text may not)
+    assert b"".join(bytes(c.bytes) for c in content).decode("utf-8", "replace") == r.choices[0].message.content
+    assert all(c.logprob <= 0 and math.isfinite(c.logprob) and c.top_logprobs == [] for c in content)
+    c = client.completions.create(model=MODEL, prompt="def f(x", max_tokens=6, temperature=0, logprobs=0,
+                                  extra_body={"ignore_eos": True})
+    lp = c.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == 6 and all(x <= 0 for x in lp.token_logprobs)
+    assert lp.text_offset[0] == 0 and lp.text_offset[1] == len(lp.tokens[0])
+    for body in ({"logprobs": True, "top_logprobs": 2}, {"logprobs": True, "stream": True}):
+        status, _, err = call(served.url + "/v1/chat/completions",
+                              {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **body})
+        assert status == 400, body

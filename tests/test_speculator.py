@@ -148,3 +148,26 @@ def test_greedy_speculation_is_lossless_on_the_tiny_model(same_greedy):
     same_greedy.assert_ties_rare()
     assert 0.3 < accepted / drafted < 0.95
     model.close()
+
+
+def test_logprobs_are_the_targets_with_and_without_speculation(models):
+    """result.logprobs: log p of each emitted token, p the target's distribution (greedy: the softmax
+    of the row); speculation reads it from the verify rows, plain decoding from single rows."""
+    import math
+
+    import numpy as np
+
+    from pymtp.model import last_row_only
+    s = models("glm4moe")
+    prompt = s.tokenize("def f(x):\n    return")
+    plain = pymtp.generate(prompt, s, max_tokens=10, speculative=False, ignore_eos=True, logprobs=True)
+    spec = pymtp.generate(prompt, s, max_tokens=10, speculative={"n_draft": 3}, ignore_eos=True, logprobs=True)
+    assert spec.tokens == plain.tokens and len(spec.logprobs) == len(spec.tokens)
+    assert spec.stats.n_accepted > 0
+    np.testing.assert_allclose(spec.logprobs, plain.logprobs, atol=1e-3)
+    with pymtp.TargetContext(s.model, n_ctx=64, n_threads=1) as t:
+        t.decode(prompt, 0, output=last_row_only(len(prompt)))
+        x = t.logits()[-1].astype(np.float64)
+        want = x[plain.tokens[0]] - x.max() - math.log(np.exp(x - x.max()).sum())
+    assert abs(plain.logprobs[0] - want) < 1e-4
+    assert pymtp.generate(prompt, s, max_tokens=3, speculative=False).logprobs is None

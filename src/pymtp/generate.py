@@ -7,6 +7,7 @@ session take turns; a stream() holds it one step at a time.
 from __future__ import annotations
 
 import codecs
+import math
 import numbers
 import os
 from typing import Iterator, Sequence
@@ -54,8 +55,10 @@ class TextStream:
 
     def __init__(self, session: Session, prompt: str | Sequence[int], sampling: SamplingConfig,
                  spec: SpecConfig | None, limits: GenerationConfig, *, owns_session: bool = False,
-                 constraint: TokenConstraint | None = None, logits_processor: LogitsProcessor | None = None) -> None:
+                 constraint: TokenConstraint | None = None, logits_processor: LogitsProcessor | None = None,
+                 logprobs: bool = False) -> None:
         self.session = session
+        self.logprobs = logprobs
         self.constraint = constraint
         self.logits_processor = logits_processor
         self.result: GenerationResult | None = None
@@ -112,13 +115,15 @@ class TextStream:
                                  "(leave room for at least one new token)")
             session.generation += 1
             my_generation = session.generation
-            spec_.start(prompt_tokens, constraint=self.constraint, logits_processor=self.logits_processor)
+            spec_.start(prompt_tokens, constraint=self.constraint, logits_processor=self.logits_processor,
+                        logprobs=self.logprobs)
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         stops = limits.stop
         hold = max((len(s) for s in stops), default=1) - 1
         text = ""          # all generated text so far
         sent = 0           # characters of text already yielded
         out: list[int] = []
+        lps: list[float] = []
         finish = None
         cut = None
         while finish is None:
@@ -131,11 +136,13 @@ class TextStream:
                     finish = "context"
                     break
                 step = spec_.step(max_new=limits.max_tokens - len(out))
-            for tok in step.emitted:
+            for j, tok in enumerate(step.emitted):
                 if not limits.ignore_eos and session.is_eog(tok):
                     finish = "stop"
                     break
                 out.append(tok)
+                if step.probs is not None:
+                    lps.append(math.log(step.probs[j]) if step.probs[j] > 0 else -math.inf)
                 text += decoder.decode(session.piece(tok))
                 cut = _find_stop(text, stops, sent) if stops else None
                 if cut is not None:
@@ -156,7 +163,7 @@ class TextStream:
                 yield text[sent:safe]
                 sent = safe
         stats = spec_.stats
-        self.result = GenerationResult(text, out, prompt_tokens, finish, stats)
+        self.result = GenerationResult(text, out, prompt_tokens, finish, stats, lps if self.logprobs else None)
 
 
 def _find_stop(text: str, stops: tuple[str, ...], sent: int) -> int | None:
@@ -189,7 +196,7 @@ def stream(prompt: str | Sequence[int], model: ModelLike = None, *,
            stop: str | Sequence[str] | None = None, ignore_eos: bool = False,
            speculative: bool | SpecConfig | dict = True, constraint: TokenConstraint | None = None,
            json_schema: dict | str | None = None, grammar: str | None = None,
-           logits_processor: LogitsProcessor | None = None) -> TextStream:
+           logits_processor: LogitsProcessor | None = None, logprobs: bool = False) -> TextStream:
     """Like generate(), but yields text pieces as they are accepted.
 
     The GenerationResult is on the stream's `.result` once it is exhausted."""
@@ -201,7 +208,7 @@ def stream(prompt: str | Sequence[int], model: ModelLike = None, *,
     try:
         constraint = _constraint(session, constraint, json_schema, grammar)
         return TextStream(session, prompt, sampling, spec, limits, owns_session=made, constraint=constraint,
-                          logits_processor=logits_processor)
+                          logits_processor=logits_processor, logprobs=logprobs)
     except BaseException:
         if made:
             session.close()
@@ -215,7 +222,7 @@ def generate(prompt: str | Sequence[int], model: ModelLike = None, *,
              stop: str | Sequence[str] | None = None, ignore_eos: bool = False,
              speculative: bool | SpecConfig | dict = True, constraint: TokenConstraint | None = None,
              json_schema: dict | str | None = None, grammar: str | None = None,
-             logits_processor: LogitsProcessor | None = None) -> GenerationResult:
+             logits_processor: LogitsProcessor | None = None, logprobs: bool = False) -> GenerationResult:
     """Generate a continuation of prompt (text or token ids).
 
     model: a Session from pymtp.load() (its contexts are reused), a Model, a GGUF
@@ -231,12 +238,14 @@ def generate(prompt: str | Sequence[int], model: ModelLike = None, *,
     The output ends when it is complete. logits_processor(token_ids, logits) -> logits changes
     each logits row in Python, the target's and the head's alike: slower (one Python call per
     row), for custom rules masks cannot express.
+    logprobs: result.logprobs holds log p of each token, p the target's distribution under the
+    sampling settings (greedy: the softmax of the logits after penalties, bias and masks).
     """
     s = stream(prompt, model, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                frequency_penalty=frequency_penalty, logit_bias=logit_bias, seed=seed, stop=stop,
                ignore_eos=ignore_eos, speculative=speculative, constraint=constraint, json_schema=json_schema,
-               grammar=grammar, logits_processor=logits_processor)
+               grammar=grammar, logits_processor=logits_processor, logprobs=logprobs)
     # Hold the session for the whole generation: calls from other threads wait their turn.
     # (A paused stream() gives way instead: a generation that starts meanwhile makes it
     # raise PymtpError when resumed, rather than mix two texts in one KV cache.)

@@ -75,6 +75,11 @@ class Sampler:
         self._tok = ffi.new("int32_t[1]")
         self._conf = ffi.new("float[1]")
         self._n_acc = ffi.new("int32_t[1]")
+        # want_probs: verify also gives the target's probability of each token it keeps and emits
+        # (under these settings), as last_probs (for logprobs)
+        self.want_probs = False
+        self.last_probs: list[float] | None = None
+        self._probs_out = ffi.new("float[]", self.n_slots + 1)
         self._slot_n = ffi.new("int32_t[1]")
         self._slot_ids = ffi.new("int32_t **")
         self._slot_probs = ffi.new("float **")
@@ -263,8 +268,10 @@ class Sampler:
         hist, n_hist = self._history(history)
         masks = ffi.NULL if self.constraint is None else ffi.from_buffer("uint32_t[]", self._verify_masks(draft))
         check(lib.pymtp_sampler_verify(self._native, ffi.from_buffer("float[]", rows), ffi.from_buffer("int32_t[]", tokens),
-                                       k, hist, n_hist, masks, u, self._n_acc, self._tok, ffi.NULL))
+                                       k, hist, n_hist, masks, u, self._n_acc, self._tok,
+                                       self._probs_out if self.want_probs else ffi.NULL))
         n_acc, new = int(self._n_acc[0]), int(self._tok[0])
+        self.last_probs = list(self._probs_out[0:n_acc + 1]) if self.want_probs else None
         if self.constraint is not None:
             # back to the accepted prefix, then the emitted token (allowed: it was chosen under the mask)
             self.constraint.rollback(self._n_tentative - n_acc)

@@ -90,11 +90,13 @@ class MTPSpeculator:
     # ---- prefill ----------------------------------------------------------------------------
 
     def start(self, prompt: list[int], sampling: SamplingConfig | None = None,
-              constraint: TokenConstraint | None = None, logits_processor: LogitsProcessor | None = None) -> None:
+              constraint: TokenConstraint | None = None, logits_processor: LogitsProcessor | None = None,
+              logprobs: bool = False) -> None:
         """Begin a generation: prefill the prompt, reusing the cached prefix it shares with the
         text in the KV caches (see ``reusable_prefix``); the rest is decoded from there.
         constraint: masks every generated token (pymtp.grammar); logits_processor: changes every
-        logits row in Python (see pymtp.sampling)."""
+        logits row in Python (see pymtp.sampling); logprobs: each StepResult carries the target's
+        probability of every token it emits."""
         if self.state is State.CLOSED:
             raise UnsupportedError("the speculator is closed")
         if not prompt:
@@ -108,6 +110,7 @@ class MTPSpeculator:
         self.sampler.configure(self.sampling)      # and a fresh RNG from the seed
         self.sampler.constrain(constraint)
         self.sampler.logits_processor = logits_processor
+        self.sampler.want_probs = logprobs
         self.stats = SpecStats(n_prompt=len(prompt), draft_vocab=getattr(self.drafter, "vocab_size", 0))
         t0 = time.perf_counter()
         keep, why = self.reusable_prefix(prompt)
@@ -219,7 +222,8 @@ class MTPSpeculator:
         source = (self.drafter.last_source or type(self.drafter).__name__) if draft.tokens else ""
         if hasattr(self.drafter, "accepted"):
             self.drafter.accepted(len(draft.tokens), n_acc)
-        result = StepResult(draft.tokens, n_acc, emitted, t_draft, t_verify, time.perf_counter() - t0, source)
+        result = StepResult(draft.tokens, n_acc, emitted, t_draft, t_verify, time.perf_counter() - t0, source,
+                            self.sampler.last_probs)
         self.stats.record(result)
         self._remember_writes()
         return result

@@ -20,6 +20,7 @@ class StepResult:
     t_verify: float           # seconds in the target decode and rollback (native)
     t_total: float
     source: str = ""          # which drafter proposed ("mtp", "lookup"; "" for a plain step)
+    probs: list[float] | None = None   # the target's probability of each emitted token (logprobs=True)
 
 
 @dataclass
@@ -98,6 +99,7 @@ class GenerationResult:
     prompt_tokens: list[int]
     finish_reason: str           # "stop" (end-of-generation token or stop string), "length", "context"
     stats: SpecStats
+    logprobs: list[float] | None = None   # log p of each token under the sampling settings (logprobs=True)
 
     def __str__(self) -> str:
         return self.text

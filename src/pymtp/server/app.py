@@ -113,13 +113,14 @@ def create_app(model, *, model_name: str | None = None, chat_template: str | Non
     async def completions(request: Request):
         req = parse_body(await request.body(), CompletionRequest)
         todo = jobs.completion(req)
-        return await respond(request, req, todo, CompletionReply(model_id, todo[0].speculative))
+        return await respond(request, req, todo, CompletionReply(model_id, todo[0].speculative, session.piece))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         req = parse_body(await request.body(), ChatCompletionRequest)
         todo = jobs.chat(req)
-        return await respond(request, req, todo, ChatReply(model_id, todo[0].speculative, jobs.tools(req)))
+        return await respond(request, req, todo, ChatReply(model_id, todo[0].speculative, jobs.tools(req),
+                                                           session.piece))
 
     return app
 

@@ -113,8 +113,14 @@ class JobMaker:
 
     def job(self, req: CommonRequest, prompt: Callable[[], list[int]], extra_stop: tuple[str, ...] = ()) -> Job:
         """The Job of req (shared fields) with prompt; extra_stop is added to the request's stops."""
-        if req.logprobs not in (None, False, 0) or req.top_logprobs:
-            raise bad_request("logprobs are not supported", "logprobs")
+        # logprobs of the chosen tokens (chat: true; completions: 0 or more, whose alternatives we lack)
+        want_logprobs = req.logprobs is not None and req.logprobs is not False
+        if req.top_logprobs or (isinstance(req.logprobs, int) and not isinstance(req.logprobs, bool)
+                                and req.logprobs > 0):
+            raise bad_request("top_logprobs (alternatives to the chosen tokens) are not supported; "
+                              "logprobs of the chosen tokens are", "top_logprobs")
+        if want_logprobs and req.stream:
+            raise bad_request("logprobs are not supported when streaming", "logprobs")
         bias = {}
         for key, value in (req.logit_bias or {}).items():
             try:
@@ -154,7 +160,7 @@ class JobMaker:
                 spec = SpecConfig(n_draft=n_draft) if n_draft is not None else SpecConfig()
         except ValidationError as e:
             raise validation_error(e.errors()) from None
-        return Job(prompt, sampling, spec, limits)
+        return Job(prompt, sampling, spec, limits, logprobs=want_logprobs)
 
     def completion_prompt(self, req: CompletionRequest) -> Callable[[], list[int]]:
         """The prompt's tokens, made later (in the worker): one text, or one list of token ids."""

@@ -73,10 +73,11 @@ class Reply:
 
     prefix = object = chunk_object = ""
 
-    def __init__(self, model_id: str, speculative: bool) -> None:
+    def __init__(self, model_id: str, speculative: bool, piece=None) -> None:
         self.id = f"{self.prefix}-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.model_id, self.speculative = model_id, speculative
+        self.piece = piece            # token -> bytes, for logprobs
 
     # ---- what differs between the endpoints ----
 
@@ -92,6 +93,13 @@ class Reply:
         """Chunks sent before choice index's first piece of text."""
         return []
 
+    def logprobs(self, result: GenerationResult) -> dict[str, Any]:
+        """The logprobs object of a choice (the chosen tokens only)."""
+        raise NotImplementedError
+
+    def _pieces(self, result: GenerationResult) -> list[bytes]:
+        return [self.piece(t) for t in result.tokens]
+
     #: the text is sent whole at the end (a reply that may be a tool call is parsed first)
     holds_text = False
 
@@ -106,7 +114,11 @@ class Reply:
 
     def body(self, results: list[GenerationResult]) -> dict[str, Any]:
         """The whole (non-streamed) response: one choice per result."""
-        out = self.envelope(self.object, [self.choice(i, r.text, self.finish(r)) for i, r in enumerate(results)])
+        choices = [self.choice(i, r.text, self.finish(r)) for i, r in enumerate(results)]
+        for c, r in zip(choices, results):
+            if r.logprobs is not None:
+                c["logprobs"] = self.logprobs(r)
+        out = self.envelope(self.object, choices)
         out["usage"] = usage(results)
         out["pymtp"] = summary(results, self.speculative)
         return out
@@ -179,6 +191,11 @@ class CompletionReply(Reply):
     def chunk_choice(self, index: int, text: str | None, finish: str | None) -> dict[str, Any]:
         return self.choice(index, text or "", finish)
 
+    def logprobs(self, result: GenerationResult) -> dict[str, Any]:
+        tokens = [p.decode("utf-8", "replace") for p in self._pieces(result)]
+        offsets = [sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
+        return {"tokens": tokens, "token_logprobs": result.logprobs, "top_logprobs": None, "text_offset": offsets}
+
 
 class ChatReply(Reply):
     """A chat completion's response (``/v1/chat/completions``). With tools, the reply text is
@@ -187,8 +204,9 @@ class ChatReply(Reply):
 
     prefix, object, chunk_object = "chatcmpl", "chat.completion", "chat.completion.chunk"
 
-    def __init__(self, model_id: str, speculative: bool, tools: tuple[list[dict], str] | None = None) -> None:
-        super().__init__(model_id, speculative)
+    def __init__(self, model_id: str, speculative: bool, tools: tuple[list[dict], str] | None = None,
+                 piece=None) -> None:
+        super().__init__(model_id, speculative, piece)
         self.tools = tools
         self.holds_text = tools is not None
 
@@ -204,6 +222,11 @@ class ChatReply(Reply):
     def choice(self, index: int, text: str, finish: str | None) -> dict[str, Any]:
         message = self._parsed(text).message() if self.tools is not None else {"role": "assistant", "content": text}
         return {"index": index, "message": message, "logprobs": None, "finish_reason": finish}
+
+    def logprobs(self, result: GenerationResult) -> dict[str, Any]:
+        content = [{"token": p.decode("utf-8", "replace"), "logprob": lp, "bytes": list(p), "top_logprobs": []}
+                   for p, lp in zip(self._pieces(result), result.logprobs)]
+        return {"content": content, "refusal": None}
 
     def held(self, index: int, result: GenerationResult) -> list[dict[str, Any]]:
         if self.tools is None:

@@ -34,6 +34,7 @@ class Job:
     spec: SpecConfig | None           # None: plain decoding
     limits: GenerationConfig
     constraint: Callable[[], object] | None = None    # a fresh TokenConstraint per generation
+    logprobs: bool = False                            # the chosen tokens' log probabilities
 
     @property
     def speculative(self) -> bool:
@@ -80,7 +81,7 @@ class Runner:
             s, end = None, None
             try:
                 s = TextStream(self.session, job.prompt(), job.sampling, job.spec, job.limits,
-                               constraint=job.constraint() if job.constraint else None)
+                               constraint=job.constraint() if job.constraint else None, logprobs=job.logprobs)
                 for piece in s:
                     if cancel.is_set():
                         break
