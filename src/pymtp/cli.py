@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Serve one model over an OpenAI-compatible API: /v1/completions, "
                                    "/v1/chat/completions (both with stream=true), /v1/models, and /health, "
                                    "/metrics (Prometheus). Generations run one at a time. "
-                                   "Needs: pip install 'pymtp[server]'.",
+                                   "Needs: pip install 'pymtp-llm[server]'.",
                        epilog="examples:\n  pymtp serve -m model.gguf --port 8000 --model-name mymodel\n"
                               "  PYMTP_API_KEY=secret pymtp serve -m model.gguf --host 0.0.0.0\n\n"
                               "  from openai import OpenAI\n"

@@ -3,7 +3,7 @@
 The data classes (pymtp.stats) know nothing of this module: ``register_jupyter()``,
 called when pymtp is imported inside IPython, tells IPython's HTML formatter how to
 draw a GenerationResult and a SpecStats, so a result or its ``.stats`` renders as a
-table by itself. ``plot_stats`` needs matplotlib (``pip install 'pymtp[plot]'``).
+table by itself. ``plot_stats`` needs matplotlib (``pip install 'pymtp-llm[plot]'``).
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _pyplot():
         import matplotlib.pyplot as plt
     except ImportError as e:
         raise ImportError(
-            "plotting pymtp stats needs matplotlib, which is not installed: pip install 'pymtp[plot]' "
+            "plotting pymtp stats needs matplotlib, which is not installed: pip install 'pymtp-llm[plot]' "
             "(or pip install matplotlib)") from e
     return plt
 

@@ -233,7 +233,7 @@ def generate(prompt: str | Sequence[int], model: ModelLike = None, *,
 
     Constrained output (speculation stays exact: drafts and verification are masked alike):
     json_schema (a dict or JSON text) or grammar (llguidance's Lark, or GBNF) make the output
-    follow it, compiled before any decoding (pymtp.grammar; ``pip install 'pymtp[grammar]'``);
+    follow it, compiled before any decoding (pymtp.grammar; ``pip install 'pymtp-llm[grammar]'``);
     constraint: any pymtp.sampling.TokenConstraint (e.g. pymtp.grammar.Constraint(...).matcher()).
     The output ends when it is complete. logits_processor(token_ids, logits) -> logits changes
     each logits row in Python, the target's and the head's alike: slower (one Python call per

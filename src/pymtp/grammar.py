@@ -5,7 +5,7 @@
     m.fill_mask(words)              # packed bitmask of the tokens allowed next
     m.accept(token); m.rollback(1); m.is_terminated()
 
-Library: llguidance (PyPI ``llguidance``; extra ``pip install 'pymtp[grammar]'``).
+Library: llguidance (PyPI ``llguidance``; extra ``pip install 'pymtp-llm[grammar]'``).
 Decision (issue #15), measured with ``python tools/measure_grammar.py --repeats 300`` on
 2 shared AMD EPYC cores, a 4-property nested schema (strings, integer, enum array, nested
 object), masks filled at each of the 44 positions of a matching document:
@@ -59,7 +59,7 @@ def _llg():
     try:
         import llguidance
     except ImportError:
-        raise ImportError("constrained decoding needs llguidance: pip install 'pymtp[grammar]'") from None
+        raise ImportError("constrained decoding needs llguidance: pip install 'pymtp-llm[grammar]'") from None
     return llguidance
 
 

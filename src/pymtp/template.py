@@ -54,7 +54,7 @@ def template_mentions_tools(template: str) -> bool:
 def _compile(template: str):
     jinja2 = _jinja()
     if jinja2 is None:
-        raise ImportError("Jinja chat templates need jinja2: pip install 'pymtp[templates]'")
+        raise ImportError("Jinja chat templates need jinja2: pip install 'pymtp-llm[templates]'")
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class _Generation(jinja2.ext.Extension):

@@ -132,7 +132,7 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        log("bench: matplotlib is missing (pip install 'pymtp[plot]'): no plot")
+        log("bench: matplotlib is missing (pip install 'pymtp-llm[plot]'): no plot")
         return None
     rows = [r for r in result["summary"] if r["prompts"] == "all"]
     panels = list(dict.fromkeys((r["model"], r.get("sampling") or f"T={r['temperature']:g}") for r in rows))

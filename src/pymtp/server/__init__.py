@@ -1,4 +1,4 @@
-"""An OpenAI-compatible HTTP server for one model (``pymtp serve``; needs ``pip install 'pymtp[server]'``).
+"""An OpenAI-compatible HTTP server for one model (``pymtp serve``; needs ``pip install 'pymtp-llm[server]'``).
 
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both with
 ``"stream": true`` for server-sent events, and ``n`` choices), ``GET /v1/models``,
@@ -26,7 +26,7 @@ in the body: ``top_k``, ``min_p``, ``repetition_penalty``, ``ignore_eos``,
 ``top_logprobs``, not while streaming). Unsupported OpenAI features (``echo``, ``suffix``,
 ``n`` > 16) are refused with HTTP 400. ``response_format`` (json_object,
 json_schema) and ``tools`` / ``tool_choice`` (the GGUF's Jinja template, calls parsed into
-``tool_calls``; a forced call constrains the output) need ``pip install 'pymtp[agents]'``.
+``tool_calls``; a forced call constrains the output) need ``pip install 'pymtp-llm[agents]'``.
 
 Modules, one job each: ``schemas`` (request bodies, parsed from raw JSON), ``errors``
 (API errors and their JSON), ``jobs`` (a request resolved into Jobs, one per choice),
@@ -39,7 +39,7 @@ try:
     import fastapi  # noqa: F401
     import starlette  # noqa: F401
 except ImportError as e:  # pragma: no cover - exercised without the extra
-    raise ImportError("pymtp serve needs FastAPI and uvicorn: pip install 'pymtp[server]'") from e
+    raise ImportError("pymtp serve needs FastAPI and uvicorn: pip install 'pymtp-llm[server]'") from e
 
 from .app import create_app, serve
 from .responses import spec_summary

@@ -130,7 +130,7 @@ def serve(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, log_level:
     try:
         import uvicorn
     except ImportError as e:  # pragma: no cover
-        raise ImportError("pymtp serve needs uvicorn: pip install 'pymtp[server]'") from e
+        raise ImportError("pymtp serve needs uvicorn: pip install 'pymtp-llm[server]'") from e
     key = ", API key required" if app.state.api_key_required else ""
     print(f"pymtp: serving {app.state.session.model.path.name} as '{app.state.model_id}' at "
           f"http://{host}:{port}/v1 (OpenAI-compatible{key}; Ctrl-C to stop)", flush=True)

@@ -77,7 +77,7 @@ class JobMaker:
                 raise ValueError("response_format json_schema needs json_schema.schema")
             return Constraint(self.session.model, json_schema=schema)
         except ImportError as e:
-            raise bad_request(f"structured output needs llguidance: pip install 'pymtp[grammar]' ({e})",
+            raise bad_request(f"structured output needs llguidance: pip install 'pymtp-llm[grammar]' ({e})",
                               "response_format") from None
         except ValueError as e:
             raise bad_request(str(e), "response_format") from None

@@ -1,7 +1,7 @@
 """Tiny seeded random-weight GGUF models in the real MTP architectures, for tests.
 
 Each fixture is under about 1 MB of F32 weights written with the ``gguf`` package
-(``pip install pymtp[models]``) in about a tenth of a second, and loads in the
+(``pip install 'pymtp-llm[models]'``) in about a tenth of a second, and loads in the
 pinned llama.cpp with its MTP / NextN blocks::
 
     from pymtp.testing.fixtures import FAMILIES, fixture_path, make_fixture
@@ -592,7 +592,7 @@ def make_fixture(family: str, path: str | os.PathLike, *, seed: int = 0, **overr
     try:
         from gguf import GGUFWriter
     except ImportError as e:  # pragma: no cover
-        raise ImportError("pymtp.testing.fixtures needs the gguf package: pip install 'pymtp[models]'") from e
+        raise ImportError("pymtp.testing.fixtures needs the gguf package: pip install 'pymtp-llm[models]'") from e
 
     fam, cfg = _resolve(family, overrides)
     n_mtp = 0 if not cfg.mtp else (fam.n_mtp if cfg.n_mtp is None else cfg.n_mtp)
