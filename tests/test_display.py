@@ -71,7 +71,7 @@ def test_plot_without_matplotlib(monkeypatch):
         return real_import(name, *a, **k)
 
     monkeypatch.setattr(builtins, "__import__", fake_import)
-    with pytest.raises(ImportError, match=r"pymtp\[plot\]"):
+    with pytest.raises(ImportError, match=r"pymtp-llm\[plot\]"):
         plot_stats(fake_stats())
 
 
