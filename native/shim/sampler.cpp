@@ -258,8 +258,12 @@ void keep_nucleus(pymtp_sampler * s, dist & d, double mass) {
     d.n = w;
 }
 
+// transform()'s answer for a row where no token the mask allows has a finite logit: no error
+// in itself (a trimmed head under a grammar has no draft there); the callers decide.
+constexpr int NOTHING_ALLOWED = 1;
+
 // d = the distribution of one row. conf (may be NULL): the largest probability (greedy: the
-// argmax's softmax probability at temperature 1).
+// argmax's softmax probability at temperature 1). PYMTP_OK, or NOTHING_ALLOWED.
 int transform(pymtp_sampler * s, const float * row, const int32_t * win, int32_t n_win, const uint32_t * mask,
               dist & d, float * conf) {
     const int32_t V = s->n_vocab;
@@ -268,9 +272,9 @@ int transform(pymtp_sampler * s, const float * row, const int32_t * win, int32_t
     if (greedy(s)) {
         float m;
         const int32_t best = row_argmax(x, V, &m);
-        if (m == NEG_INF) return fail(PYMTP_ERR_ARG, "the mask allows no token");
+        if (m == NEG_INF) return NOTHING_ALLOWED;
         d.point(best);
-        if (conf) *conf = (float) (1.0 / exp_shifted(x, V, m, 1.0f, s->scratch.data()));
+        if (conf) *conf = (float) (1.0 / exp_sum(x, V, m, 1.0f));
         return PYMTP_OK;
     }
     const float inv_t = 1.0f / c.temperature;
@@ -281,7 +285,7 @@ int transform(pymtp_sampler * s, const float * row, const int32_t * win, int32_t
                   [](const std::pair<float, int32_t> & a, const std::pair<float, int32_t> & b) { return a.second < b.second; });
         float m = NEG_INF;
         for (auto & e : s->cand) m = std::max(m, e.first);
-        if (m == NEG_INF) return fail(PYMTP_ERR_ARG, "the mask allows no token");
+        if (m == NEG_INF) return NOTHING_ALLOWED;
         d.dense = false;
         d.n = 0;
         for (auto & e : s->cand) {
@@ -294,7 +298,7 @@ int transform(pymtp_sampler * s, const float * row, const int32_t * win, int32_t
     } else {
         float m;
         row_argmax(x, V, &m);
-        if (m == NEG_INF) return fail(PYMTP_ERR_ARG, "the mask allows no token");
+        if (m == NEG_INF) return NOTHING_ALLOWED;
         d.dense = true;
         d.n = V;
         total = exp_shifted(x, V, m, inv_t, d.probs.data());
@@ -326,14 +330,6 @@ int transform(pymtp_sampler * s, const float * row, const int32_t * win, int32_t
     }
     if (conf) *conf = pmax;
     return PYMTP_OK;
-}
-
-// Whether every token the mask allows has a logit of -inf (bias and penalties cannot lift one).
-bool row_allows_nothing(const pymtp_sampler * s, const float * row, const uint32_t * mask) {
-    for (int32_t i = 0; i < s->n_vocab; ++i) {
-        if (row[i] != NEG_INF && (!mask || ((mask[i >> 5] >> (i & 31)) & 1u))) return false;
-    }
-    return true;
 }
 
 int check_tokens(const pymtp_sampler * s, const int32_t * t, int32_t n, const char * what) {
@@ -429,14 +425,13 @@ int pymtp_sampler_row(pymtp_sampler * s, int32_t slot, const float * row, const 
     int32_t n_win = 0;
     const int32_t * win = compose_window(s, history, n_history, nullptr, 0, &n_win);
     dist & d = s->slots[slot];
-    if (row_allows_nothing(s, row, mask)) {     // e.g. a trimmed head under a grammar: no draft here
-        *out_token = -1;
+    if (transform(s, row, win, n_win, mask, d, out_conf) == NOTHING_ALLOWED) {
+        *out_token = -1;                         // e.g. a trimmed head under a grammar: no draft here
         if (out_conf) *out_conf = 0.0f;
         d.point(0);
         d.probs[0] = 0.0f;
         return ok();
     }
-    if (int rc = transform(s, row, win, n_win, mask, d, out_conf)) return rc;
     if (greedy(s) || u < 0.0) {
         *out_token = greedy(s) ? d.ids[0] : -1;
     } else {
@@ -493,13 +488,13 @@ int pymtp_sampler_verify(pymtp_sampler * s, const float * rows, const int32_t * 
         } else {
             int32_t n_win = 0;
             const int32_t * win = compose_window(s, history, n_history, draft, i, &n_win);
-            if (int rc = transform(s, row, win, n_win, mask, s->p, nullptr)) return rc;
+            // greedy: the argmax's softmax probability is its p (for logprobs)
+            float * conf = greedy(s) && out_probs ? &out_probs[i] : nullptr;
+            if (transform(s, row, win, n_win, mask, s->p, conf) == NOTHING_ALLOWED) {
+                return fail(PYMTP_ERR_ARG, "the mask allows no token at verify row %d", i);
+            }
             if (greedy(s)) {
                 tok = s->p.ids[0];
-                if (out_probs) {
-                    const float * x = adjusted(s, row, win, n_win, mask);
-                    out_probs[i] = (float) (1.0 / exp_shifted(x, V, x[tok], 1.0f, s->scratch.data()));
-                }
             } else if (i < k) {
                 const int32_t d = draft[i];
                 const dist & q = s->slots[i];
