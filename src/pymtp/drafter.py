@@ -55,6 +55,7 @@ class Drafter:
       with each token's q distribution (see Draft; a point mass is fine: exact too);
     * ``observe(tokens, pos0, hidden)``: the target accepted these tokens at pos0.. (hidden:
       its hidden rows when ``wants_hidden``, else None);
+    * ``accepted(n_drafted, n_accepted)``: how the last draft fared;
     * ``reset()`` / ``truncate(n_keep)``: forget everything / keep the first n_keep positions
       (returns how many it kept); ``write_count()``: changes to its own cache, if it has one;
       ``configure(spec)``: the SpecConfig of the generations that follow.
@@ -63,6 +64,7 @@ class Drafter:
     max_draft = 16
     wants_hidden = False
     last_source = ""          # who proposed the last draft, for the statistics per source
+    vocab_size = 0            # tokens a trimmed MTP head scores (0: all, or not an MTP head)
 
     def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
                 p_min: float = 0.0) -> Draft:
@@ -73,6 +75,9 @@ class Drafter:
 
     def reset(self) -> None:
         pass
+
+    def accepted(self, n_drafted: int, n_accepted: int) -> None:
+        """The outcome of the last draft (for drafters that adapt to it)."""
 
     def configure(self, spec: SpecConfig) -> None:
         pass

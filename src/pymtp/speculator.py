@@ -111,7 +111,7 @@ class MTPSpeculator:
         self.sampler.constrain(constraint)
         self.sampler.logits_processor = logits_processor
         self.sampler.want_probs = logprobs
-        self.stats = SpecStats(n_prompt=len(prompt), draft_vocab=getattr(self.drafter, "vocab_size", 0))
+        self.stats = SpecStats(n_prompt=len(prompt), draft_vocab=self.drafter.vocab_size if self.drafter else 0)
         t0 = time.perf_counter()
         keep, why = self.reusable_prefix(prompt)
         self.state = State.IDLE          # until the prefill succeeds
@@ -220,7 +220,7 @@ class MTPSpeculator:
             self.policy.update(len(draft.tokens), n_acc, t_draft, t_verify)
             self.stats.cooldown_steps = self.policy.cooldown_steps_taken
         source = (self.drafter.last_source or type(self.drafter).__name__) if draft.tokens else ""
-        if hasattr(self.drafter, "accepted"):
+        if self.drafter:
             self.drafter.accepted(len(draft.tokens), n_acc)
         result = StepResult(draft.tokens, n_acc, emitted, t_draft, t_verify, time.perf_counter() - t0, source,
                             self.sampler.last_probs)

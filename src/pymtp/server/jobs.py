@@ -197,7 +197,7 @@ class JobMaker:
         model = self.session.model
         offered = self.tools(req)
         try:
-            if offered or any(m.model_dump().get("tool_calls") or m.role == "tool" for m in req.messages):
+            if offered or any(m.tool_calls or m.role == "tool" for m in req.messages):
                 # tools, and turns with tool calls or results: the GGUF's Jinja template (pymtp.template)
                 from ..template import render_chat
                 text = render_chat(model, [m.model_dump(exclude_none=True) for m in req.messages],
