@@ -224,6 +224,27 @@ def test_metrics_count_requests_tokens_and_drafts(served, client):
     assert d("pymtp_requests_total", endpoint="/v1/models", outcome="ok") == 0   # /metrics is not counted
 
 
+def test_alternating_chat_users_resume_their_saved_caches(served, client):
+    """Two users take turns: each one's next turn resumes the cache saved when the other took
+    the model (/metrics counts the restores and the prompt tokens not decoded again)."""
+    users = [[{"role": "system", "content": f"You are assistant number {i}, who answers with care."},
+              {"role": "user", "content": f"Tell me about topic {i} in some detail, please."}] for i in (1, 2)]
+    before = metrics_of(served.url)
+    for turn in range(2):
+        for msgs in users:
+            r = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=40,
+                                               extra_body={"ignore_eos": True})
+            msgs += [{"role": "assistant", "content": r.choices[0].message.content},
+                     {"role": "user", "content": "Go on."}]
+            ext = r.model_extra["pymtp"]
+            if turn == 1:
+                assert ext["reused_saved"] and ext["n_reused"] > r.usage.prompt_tokens // 2, ext
+                assert r.usage.prompt_tokens_details.cached_tokens == ext["n_reused"]
+    after = metrics_of(served.url)
+    assert after[("pymtp_prompt_cache_restores_total", ())] - before.get(("pymtp_prompt_cache_restores_total", ()), 0) == 2
+    assert after[("pymtp_prompt_tokens_reused_total", ())] > before.get(("pymtp_prompt_tokens_reused_total", ()), 0)
+
+
 # ---- n > 1 ----
 
 

@@ -251,6 +251,7 @@ int pymtp_model_get_info(const pymtp_model * m, pymtp_model_info * out) {
     out->add_bos = llama_vocab_get_add_bos(m->vocab);
     out->n_params = llama_model_n_params(m->model);
     out->size_bytes = llama_model_size(m->model);
+    out->n_swa = llama_model_n_swa(m->model);
     ok();
     return PYMTP_OK;
     GUARD_END
@@ -812,6 +813,17 @@ int pymtp_seq_pos_max(pymtp_ctx * c, int32_t seq_id, int32_t * out) {
     GUARD_END
 }
 
+int pymtp_seq_pos_min(pymtp_ctx * c, int32_t seq_id, int32_t * out) {
+    CHECK_CTX(c);
+    if (!out) return fail(PYMTP_ERR_ARG, "out must not be NULL");
+    if (int rc = check_seq(c, seq_id)) return rc;
+    GUARD_BEGIN
+    *out = llama_memory_seq_pos_min(llama_get_memory(c->ctx), seq_id);
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
 int pymtp_checkpoint_save(pymtp_ctx * c, int32_t seq_id) {
     CHECK_CTX(c);
     if (int rc = check_seq(c, seq_id)) return rc;
@@ -837,6 +849,63 @@ int pymtp_checkpoint_restore(pymtp_ctx * c, int32_t seq_id) {
                                                   LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
     if (n == 0 && c->checkpoint_size != 0) return fail(PYMTP_ERR_DECODE, "could not restore the state of sequence %d", seq_id);
     c->last_tokens = c->last_outputs = 0;
+    c->last_batch = INT32_MAX;             // the restored state stands before every later position
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+static int check_state_ctx(const pymtp_ctx * c, int32_t seq_id) {
+    if (int rc = check_seq(c, seq_id)) return rc;
+    if (c->shares_memory) return fail(PYMTP_ERR_UNSUPPORTED, "this draft reads the target's memory: save the target's state");
+    return PYMTP_OK;
+}
+
+static llama_state_seq_flags state_flags(int32_t partial) {
+    return partial ? LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY : 0;
+}
+
+int pymtp_state_size(pymtp_ctx * c, int32_t seq_id, int32_t partial, size_t * out_size) {
+    CHECK_CTX(c);
+    if (!out_size) return fail(PYMTP_ERR_ARG, "out_size must not be NULL");
+    if (int rc = check_state_ctx(c, seq_id)) return rc;
+    GUARD_BEGIN
+    *out_size = llama_state_seq_get_size_ext(c->ctx, seq_id, state_flags(partial));
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+int pymtp_state_get(pymtp_ctx * c, int32_t seq_id, int32_t partial, uint8_t * buf, size_t size,
+                    size_t * out_written) {
+    CHECK_CTX(c);
+    if (!out_written || (!buf && size)) return fail(PYMTP_ERR_ARG, "buf and out_written must not be NULL");
+    if (int rc = check_state_ctx(c, seq_id)) return rc;
+    GUARD_BEGIN
+    const auto flags = state_flags(partial);
+    const size_t need = llama_state_seq_get_size_ext(c->ctx, seq_id, flags);
+    if (size < need) return fail(PYMTP_ERR_ARG, "the buffer holds %zu bytes; the state needs %zu", size, need);
+    const size_t n = llama_state_seq_get_data_ext(c->ctx, buf, size, seq_id, flags);
+    if (n == 0 && need != 0) return fail(PYMTP_ERR_DECODE, "could not save the state of sequence %d", seq_id);
+    *out_written = n;
+    ok();
+    return PYMTP_OK;
+    GUARD_END
+}
+
+int pymtp_state_set(pymtp_ctx * c, int32_t seq_id, int32_t partial, const uint8_t * buf, size_t size) {
+    CHECK_CTX(c);
+    if (!buf || size == 0) return fail(PYMTP_ERR_ARG, "no state bytes given");
+    if (int rc = check_state_ctx(c, seq_id)) return rc;
+    GUARD_BEGIN
+    c->last_tokens = c->last_outputs = 0;   // the rows of the last decode no longer describe the memory
+    // llama.cpp skips an empty saved sequence without clearing the live one: clear it here
+    if (!partial) llama_memory_seq_rm(llama_get_memory(c->ctx), seq_id, -1, -1);
+    const size_t n = llama_state_seq_set_data_ext(c->ctx, buf, size, seq_id, state_flags(partial));
+    if (n == 0) {
+        return fail(PYMTP_ERR_DECODE, "llama.cpp rejected the saved state of sequence %d (another model, "
+                    "context kind or llama.cpp version?); the sequence is now empty", seq_id);
+    }
     c->last_batch = INT32_MAX;             // the restored state stands before every later position
     ok();
     return PYMTP_OK;

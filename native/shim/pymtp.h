@@ -84,6 +84,7 @@ typedef struct {
     int32_t  add_bos;
     uint64_t n_params;
     uint64_t size_bytes;
+    int32_t  n_swa;             /* sliding-window attention span (0: none) */
 } pymtp_model_info;
 
 int  pymtp_model_load(const char * path, int load_mtp, int n_gpu_layers, pymtp_model ** out);
@@ -285,12 +286,25 @@ int  pymtp_seq_rm(pymtp_ctx * ctx, int32_t seq_id, int32_t p0, int32_t p1);
 int  pymtp_seq_cp(pymtp_ctx * ctx, int32_t src, int32_t dst, int32_t p0, int32_t p1);
 /* Largest position held for seq_id, -1 when empty. */
 int  pymtp_seq_pos_max(pymtp_ctx * ctx, int32_t seq_id, int32_t * out);
+/* Smallest position held for seq_id (sliding-window layers let older ones go), -1 when empty. */
+int  pymtp_seq_pos_min(pymtp_ctx * ctx, int32_t seq_id, int32_t * out);
 
 /* Save / restore the recurrent (non-rollbackable) state of seq_id into a buffer
  * the context owns (allocated once, reused). Restore then seq_rm the positions
  * past the checkpoint to roll a hybrid model back without n_rs_seq. */
 int  pymtp_checkpoint_save(pymtp_ctx * ctx, int32_t seq_id);
 int  pymtp_checkpoint_restore(pymtp_ctx * ctx, int32_t seq_id);
+
+/* The memory of seq_id as bytes the caller owns, to keep several texts cached or to write
+ * one to disk. partial = 1: only the recurrent state of a hybrid model (its attention KV
+ * stays in place and is cut with seq_rm). pymtp_state_size gives the bytes pymtp_state_get
+ * writes; pymtp_state_set replaces the sequence with saved bytes of the same model and
+ * context kind (PYMTP_ERR_DECODE, sequence emptied, when llama.cpp rejects them). Not for
+ * drafts that share the target's memory. */
+int  pymtp_state_size(pymtp_ctx * ctx, int32_t seq_id, int32_t partial, size_t * out_size);
+int  pymtp_state_get(pymtp_ctx * ctx, int32_t seq_id, int32_t partial, uint8_t * buf, size_t size,
+                     size_t * out_written);
+int  pymtp_state_set(pymtp_ctx * ctx, int32_t seq_id, int32_t partial, const uint8_t * buf, size_t size);
 
 /* ---- files ------------------------------------------------------------------- */
 

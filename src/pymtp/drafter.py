@@ -46,6 +46,16 @@ class Draft:
     q_in_sampler: bool = False
 
 
+@dataclass
+class HeadState:
+    """MTPDrafter.save(): the head's KV (bytes of its context), how far it reaches, and the
+    pending hidden row that pairs with the token at kv_end (None: no row yet)."""
+
+    kv: np.ndarray
+    kv_end: int
+    pending: np.ndarray | None
+
+
 class Drafter:
     """What MTPSpeculator asks of a drafter. Write one by overriding propose(); the rest has
     defaults for drafters that keep no state of their own.
@@ -58,7 +68,9 @@ class Drafter:
     * ``accepted(n_drafted, n_accepted)``: how the last draft fared;
     * ``reset()`` / ``truncate(n_keep)``: forget everything / keep the first n_keep positions
       (returns how many it kept); ``write_count()``: changes to its own cache, if it has one;
-      ``configure(spec)``: the SpecConfig of the generations that follow.
+      ``configure(spec)``: the SpecConfig of the generations that follow;
+    * ``save()`` / ``load(saved)``: its state at the end of the text, to resume that text
+      later (a cached conversation); drafters that keep none return None.
     """
 
     max_draft = 16
@@ -87,6 +99,12 @@ class Drafter:
 
     def write_count(self) -> int:
         return 0
+
+    def save(self) -> object:
+        return None
+
+    def load(self, saved: object) -> None:
+        self.reset()
 
 
 class MTPDrafter(Drafter):
@@ -177,6 +195,22 @@ class MTPDrafter(Drafter):
         self._feed.clear()
         self._has_pending = False
         return kept
+
+    def save(self) -> HeadState:
+        """The head's state at the end of the text (the queue is fed first: the next draft
+        would feed it anyway)."""
+        self._flush()
+        return HeadState(self.ctx.get_state(), self._kv_end, self._rows[0].copy() if self._has_pending else None)
+
+    def load(self, saved: HeadState) -> None:
+        if self.chained:
+            self.ctx.set_head(0)
+        self.ctx.set_state(saved.kv)
+        self._feed.clear()
+        self._kv_end = saved.kv_end
+        self._has_pending = saved.pending is not None
+        if self._has_pending:
+            self._rows[0] = saved.pending
 
     # ---- hand-off --------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ ModelLike = Session | Model | str | os.PathLike | None
 
 
 def load(path: str | os.PathLike | None = None, *, mtp: bool = True, n_ctx: int | None = None,
-         n_threads: int | None = None, n_gpu_layers: int = -1) -> Session:
+         n_threads: int | None = None, n_gpu_layers: int = -1, cache_mb: int | None = None) -> Session:
     """Load a GGUF into a Session, for reuse across calls.
 
     path: a GGUF file; None or "default" for the default model (SmolLM2-135M-Instruct with
@@ -31,8 +31,10 @@ def load(path: str | os.PathLike | None = None, *, mtp: bool = True, n_ctx: int 
     in the cache); "tiny" for the small bundled code model (no download).
 
     n_ctx: context length of the contexts generate() makes (default: the
-    model's training context, bounded by a 2 GiB KV budget: pymtp.session)."""
-    return Session(path, mtp=mtp, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+    model's training context, bounded by a 2 GiB KV budget: pymtp.session).
+    cache_mb: memory for the caches of other conversations than the live one (default 1024)."""
+    return Session(path, mtp=mtp, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
+                   cache_mb=cache_mb)
 
 
 def _spec_config(speculative: bool | SpecConfig | dict) -> SpecConfig | None:

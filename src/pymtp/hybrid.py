@@ -77,6 +77,12 @@ class HybridDrafter(Drafter):
     def write_count(self) -> int:
         return self.mtp.write_count()
 
+    def save(self) -> object:
+        return self.mtp.save()
+
+    def load(self, saved: object) -> None:
+        self.mtp.load(saved)
+
     @property
     def vocab_size(self) -> int:
         return self.mtp.vocab_size

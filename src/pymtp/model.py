@@ -103,6 +103,7 @@ class Model:
         self.add_bos: bool = bool(info.add_bos)
         self.n_params: int = info.n_params
         self.size_bytes: int = info.size_bytes
+        self.n_swa: int = info.n_swa      # sliding-window attention span (0: none)
         self._piece_buf = ffi.new("char[]", 256)
 
     # ---- lifetime ----------------------------------------------------------------
@@ -319,6 +320,39 @@ class _Context:
         with self.lock:
             check(lib.pymtp_seq_pos_max(self._handle(), seq_id, out))
         return out[0]
+
+    def get_state(self, seq_id: int = 0, *, partial: bool = False) -> np.ndarray:
+        """A copy of a sequence's memory as bytes (partial: only a hybrid's recurrent state)."""
+        size = ffi.new("size_t *")
+        with self.lock:
+            check(lib.pymtp_state_size(self._handle(), seq_id, int(partial), size))
+            buf = np.empty(size[0], dtype=np.uint8)
+            check(lib.pymtp_state_get(self._handle(), seq_id, int(partial), ffi.from_buffer("uint8_t[]", buf),
+                                      buf.nbytes, size))
+        return buf[:size[0]]
+
+    def set_state(self, state: np.ndarray, seq_id: int = 0, *, partial: bool = False) -> None:
+        """Replace a sequence's memory with bytes from get_state() of the same model and kind
+        of context."""
+        buf = np.ascontiguousarray(state, dtype=np.uint8)
+        with self.lock:
+            self.n_writes += 1
+            check(lib.pymtp_state_set(self._handle(), seq_id, int(partial), ffi.from_buffer("uint8_t[]", buf),
+                                      buf.nbytes))
+
+    def pos_min(self, seq_id: int = 0) -> int:
+        """First position held for the sequence (sliding-window layers drop older ones), -1 when empty."""
+        out = ffi.new("int32_t *")
+        with self.lock:
+            check(lib.pymtp_seq_pos_min(self._handle(), seq_id, out))
+        return out[0]
+
+    def min_cut(self) -> int:
+        """The fewest positions a cut of sequence 0 may keep and still decode correctly after:
+        sliding-window layers need the n_swa positions before the next one (0: any cut)."""
+        n_swa = self.model.n_swa
+        lo = self.pos_min() if n_swa else 0
+        return lo + n_swa if lo > 0 else 0
 
     def set_threads(self, n_threads: int, n_threads_batch: int | None = None) -> None:
         with self.lock:

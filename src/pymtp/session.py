@@ -23,6 +23,7 @@ from .rollback import n_rs_seq_for
 from .drafter import MTPDrafter
 from .hybrid import HybridDrafter
 from .lookup import PromptLookupDrafter
+from .prompt_cache import PromptCache, read_text, write_text
 from .speculator import MTPSpeculator
 
 #: Memory the default context may spend on its KV cache (F16 keys and values); the default
@@ -46,6 +47,11 @@ def kv_bytes_per_position(model: Model) -> int:
     return max(1, heads * (k_len + v_len) * 2)
 
 
+#: Memory the saved texts of other conversations may hold (KV bytes copied out of the contexts);
+#: Session(cache_mb=) or $PYMTP_PROMPT_CACHE_MB overrides, 0 turns the prompt cache off.
+PROMPT_CACHE_BYTES = 1 << 30
+
+
 def default_n_ctx(model: Model) -> int:
     """The model's training context, bounded by the KV memory budget (multiples of 256)."""
     budget = int(os.environ.get("PYMTP_KV_BUDGET_MB", 0)) << 20 or KV_BUDGET_BYTES
@@ -62,10 +68,15 @@ class Session:
     n_ctx: context length (default: the model's training context, as far as its KV cache fits
     in KV_BUDGET_BYTES, 2 GiB).
     n_threads: CPU threads for decoding (default: llama.cpp's choice).
+    cache_mb: memory for the caches of conversations other than the live one (default 1024;
+    0: only the live one is kept). See pymtp.prompt_cache.
     """
 
     def __init__(self, model: Model | str | os.PathLike | None, *, n_ctx: int | None = None,
-                 n_threads: int | None = None, mtp: bool = True, n_gpu_layers: int = -1) -> None:
+                 n_threads: int | None = None, mtp: bool = True, n_gpu_layers: int = -1,
+                 cache_mb: int | None = None) -> None:
+        if cache_mb is not None and (not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 0):
+            raise ValueError(f"cache_mb must be an int >= 0, got {cache_mb!r}")
         if n_ctx is not None and (not isinstance(n_ctx, int) or isinstance(n_ctx, bool) or n_ctx < 8):
             raise ValueError(f"n_ctx must be an int >= 8, got {n_ctx!r}")
         if n_threads is not None and (not isinstance(n_threads, int) or isinstance(n_threads, bool) or n_threads < 1):
@@ -82,6 +93,12 @@ class Session:
         self._draft: DraftContext | None = None
         self._speculator: MTPSpeculator | None = None     # the last one: its caches can be reused
         self._speculator_kind: str | None = None          # its drafter: "mtp", "lookup", None
+        if cache_mb is None:
+            env = os.environ.get("PYMTP_PROMPT_CACHE_MB")
+            cache_bytes = int(env) << 20 if env else PROMPT_CACHE_BYTES
+        else:
+            cache_bytes = cache_mb << 20
+        self.prompt_cache = PromptCache(cache_bytes)
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._closed = False
@@ -124,13 +141,46 @@ class Session:
             if sampling is not None:
                 last.sampling = sampling
             return last
+        if last is not None and last.target is target:
+            last.stash()                 # its text stays reachable when that kind comes back
         drafter = (draft if kind == "mtp" else
                    PromptLookupDrafter(self.model.n_vocab) if kind == "lookup" else
                    HybridDrafter(MTPDrafter(draft), PromptLookupDrafter(self.model.n_vocab)) if kind == "hybrid"
                    else None)
         self._speculator = MTPSpeculator(target, drafter, sampling, spec or SpecConfig())
+        self._speculator.cache = self.prompt_cache
         self._speculator_kind = kind
         return self._speculator
+
+    # ---- saved texts on disk -----------------------------------------------------------------
+
+    def _model_facts(self) -> dict:
+        m = self.model
+        return {"file": m.path.name, "size": m.path.stat().st_size, "architecture": m.architecture,
+                "n_vocab": m.n_vocab, "n_embd": m.n_embd, "n_layer": m.n_layer, "mtp": m.mtp_loaded}
+
+    def save_state(self, path: str | os.PathLike) -> Path:
+        """Write the cache of the last generation's text (prompt and output) to a file, so that a
+        process started later resumes that conversation without reading it again
+        (load_state). Returns the path."""
+        with self.lock:
+            spec = self._speculator
+            if spec is None or spec.target is not self._target:
+                raise UnsupportedError("nothing to save: this session has generated nothing yet")
+            return write_text(path, spec.save(), self._model_facts())
+
+    def load_state(self, path: str | os.PathLike) -> int:
+        """Read a file from save_state() into this session's prompt cache: the next prompt
+        that shares its text (with the same kind of drafter) decodes only the rest. The file
+        must come from the same model file. Returns the positions it holds."""
+        with self.lock:
+            self._ensure_contexts()
+            text = read_text(path, self._model_facts(), self.n_ctx)
+            if self.prompt_cache.max_bytes < text.nbytes:
+                raise ValueError(f"{path} holds {text.nbytes >> 20} MB of cache; this session keeps at most "
+                                 f"{self.prompt_cache.max_bytes >> 20} MB (Session(cache_mb=...))")
+            self.prompt_cache.put(text, self.model.is_recurrent)
+            return text.n_past
 
     # ---- per-token facts, cached (asked once per emitted token) --------------------------------
 
@@ -158,6 +208,7 @@ class Session:
                 ctx.close()
         self._target = self._draft = None
         self._speculator = None
+        self.prompt_cache.clear()        # saved texts are only good for contexts like these
 
     def close(self) -> None:
         """Free the contexts (and the model, when the session loaded it)."""

@@ -41,9 +41,15 @@ from .config import SamplingConfig, SpecConfig
 from .drafter import Draft, Drafter, DraftPolicy, MTPDrafter
 from .errors import UnsupportedError
 from .model import DraftContext, TargetContext, last_row_only
+from .prompt_cache import PromptCache, PromptMark, SavedText, usable_prefix
 from .rollback import rollback_for
 from .sampling import LogitsProcessor, Sampler, TokenConstraint
 from .stats import SpecStats, StepResult
+
+
+#: A prompt that cuts the live text saves it first when the cut loses this many positions (or
+#: half the text): not when a few generated tokens go (sampling the same prompt again and again).
+STASH_MIN_LOST = 32
 
 
 class State(enum.Enum):
@@ -74,6 +80,8 @@ class MTPSpeculator:
         self.stats = SpecStats()
         self.state = State.IDLE
         self._writes = (-1, -1)          # the contexts' write counts when this speculator left them
+        self._mark: PromptMark | None = None   # hybrids: the recurrent state at the end of the prompt
+        self.cache: PromptCache | None = None  # saved texts of other conversations (a Session's)
 
     def configure(self, spec: SpecConfig) -> None:
         """Use these speculation settings from the next start() on."""
@@ -113,13 +121,16 @@ class MTPSpeculator:
         self.sampler.want_probs = logprobs
         self.stats = SpecStats(n_prompt=len(prompt), draft_vocab=self.drafter.vocab_size if self.drafter else 0)
         t0 = time.perf_counter()
-        keep, why = self.reusable_prefix(prompt)
+        keep, why = self._choose_text(prompt)
         self.state = State.IDLE          # until the prefill succeeds
         prompt = list(prompt)
         body = prompt[:-1]
+        if self._mark is not None and keep == self._mark.n < self.n_past:
+            self._resume_at_mark()       # a hybrid back at the end of its last prompt
         if keep == self.n_past and keep > 0:
             p0 = keep                    # the prompt extends the cached text: decode the rest
         else:
+            self._mark = None            # a new text, or one cut before its last prompt's end
             # Cut both caches back. The head at position p pairs x(p) with the target's
             # hidden row of p-1, so the target re-decodes one kept position to hand that
             # row over (only positions the draft KV already holds are kept).
@@ -134,6 +145,11 @@ class MTPSpeculator:
         self.stats.reuse_miss = why
         self._prefill(body, p0, hand_off=True)
         self.n_past = len(body)
+        if self.model.is_recurrent and p0 < len(body):
+            # the recurrent state exists here now and nowhere else: keep a copy for a later
+            # prompt that shares this one but not what is generated next
+            self._mark = PromptMark(self.n_past, self.target.get_state(partial=True),
+                                    self.drafter.save() if self.drafter else None)
         self.stats.t_prefill = time.perf_counter() - t0
         self.state = State.READY
         self._remember_writes()
@@ -155,19 +171,83 @@ class MTPSpeculator:
         """How many leading positions of the target KV a new prompt can keep, and why not
         more ("" when all it shares). Only what this speculator itself left in the caches
         counts: any other write to either context since makes the whole cache unusable."""
-        if not self.tokens or self.state is not State.READY:
-            return 0, "no cached text"
-        if self._writes != self._write_counts():
-            return 0, "the contexts were used by something else"
-        cached = self.tokens[:self.n_past]
-        limit = min(len(cached), len(prompt) - 1)      # the prompt's last token is decoded by step()
-        n = 0
-        while n < limit and cached[n] == prompt[n]:
-            n += 1
-        if n < self.n_past and self.model.is_recurrent:
-            # Recurrent state exists only at the end of the cached text: no cut is possible.
-            return 0, f"recurrent state: the prompt diverges at {n} of {self.n_past} cached positions"
-        return n, "" if n == limit else f"the prompt diverges from the cached text at position {n}"
+        if not self._live():
+            return 0, "no cached text" if not self.tokens else "the contexts were used by something else"
+        return usable_prefix(self.tokens, self.n_past, self._mark, self.model.is_recurrent, prompt,
+                             self.target.min_cut())
+
+    def _live(self) -> bool:
+        """Whether the contexts hold this speculator's text, as it left them."""
+        return bool(self.tokens) and self.state is State.READY and self._writes == self._write_counts()
+
+    # ---- saved texts (pymtp.prompt_cache) ------------------------------------------------------
+
+    def _drafter_kind(self) -> str:
+        return type(self.drafter).__name__ if self.drafter else ""
+
+    def save(self) -> SavedText:
+        """A copy of the live text's caches, to restore() later (another conversation may
+        use the contexts meanwhile)."""
+        if not self._live():
+            raise UnsupportedError("no live text to save: start a generation first")
+        text = SavedText(list(self.tokens), self.n_past, self.target.get_state(),
+                         self.drafter.save() if self.drafter else None, self._drafter_kind(), self._mark,
+                         self._saved_min_cut())
+        self._remember_writes()          # the head's queue was fed
+        return text
+
+    def _saved_min_cut(self) -> int:
+        """min_cut of the text once restored: llama.cpp saves only the positions inside the
+        sliding window of the last one."""
+        n_swa = self.model.n_swa
+        return 0 if not n_swa or self.n_past <= n_swa else self.n_past
+
+    def restore(self, text: SavedText) -> None:
+        """Make a saved text the live one (its caches replace the contexts' contents)."""
+        if text.drafter != self._drafter_kind():
+            raise UnsupportedError(f"this text was saved by a speculator drafting with {text.drafter or 'nothing'}, "
+                                   f"this one drafts with {self._drafter_kind() or 'nothing'}")
+        self.state = State.IDLE          # until both contexts hold it
+        self.tokens, self.n_past, self._mark = [], 0, None
+        if self.drafter:
+            self.drafter.load(text.head)
+        self.target.set_state(text.target)
+        self.tokens, self.n_past, self._mark = list(text.tokens), text.n_past, text.mark
+        self.configure(self.spec)        # no rollback mark of the text that was live
+        self.state = State.READY
+        self._remember_writes()
+
+    def _resume_at_mark(self) -> None:
+        """Roll a hybrid back to the end of its last prompt (the recurrent snapshot, the
+        attention KV cut there, the head as it was)."""
+        mark = self._mark
+        self.target.set_state(mark.recurrent, partial=True)
+        self.target.seq_rm(mark.n)
+        if self.drafter:
+            self.drafter.load(mark.head)
+        self.tokens, self.n_past = self.tokens[:mark.n + 1], mark.n
+
+    def _choose_text(self, prompt: list[int]) -> tuple[int, str]:
+        """Reuse the live text or a saved one, whichever the prompt shares more with; the
+        live text is saved first when the prompt would cut it."""
+        keep, why = self.reusable_prefix(prompt)
+        if self.cache is None:
+            return keep, why
+        key, n = self.cache.best(prompt, self._drafter_kind(), self.model.is_recurrent)
+        if key is not None and n > max(keep, 1):     # (a cut at 1 keeps nothing: the hand-off re-decodes it)
+            text = self.cache.take(key)  # before the stash: the live text may cover it
+            self.stash()
+            self.restore(text)
+            keep, why = self.reusable_prefix(prompt)
+            self.stats.reused_saved = True
+        elif self.n_past - keep >= min(STASH_MIN_LOST, (self.n_past + 1) // 2):
+            self.stash()                 # the cut loses a good part of the live text: keep it
+        return keep, why
+
+    def stash(self) -> None:
+        """Save the live text into the prompt cache (nothing when there is none to save)."""
+        if self.cache is not None and self.n_past > 0 and self._live():
+            self.cache.put(self.save(), self.model.is_recurrent)
 
     def _write_counts(self) -> tuple[int, int]:
         d = self.drafter.write_count() if self.drafter else 0

@@ -41,6 +41,7 @@ class SpecStats:
     cooldown_steps: int = 0
     n_reused: int = 0               # prompt positions taken from the cache, not decoded again
     reuse_miss: str = ""            # why more of the prompt could not be reused ("" = all it shared)
+    reused_saved: bool = False      # the reused cache was a saved text (another conversation's)
     draft_vocab: int = 0            # tokens the MTP head scored (a trimmed draft vocabulary; 0 = all)
     by_source: dict = field(default_factory=dict)   # drafter -> (drafted, accepted) tokens
 

@@ -29,7 +29,8 @@ _SUMMARY = ("acceptance_rate", "mean_accepted", "tokens_per_second", "acceptance
 def spec_summary(result: GenerationResult, speculative: bool) -> dict[str, Any]:
     """The ``pymtp`` extension object of a response (of one choice)."""
     stats = stats_dict(result.stats)
-    return {"speculative": speculative, **{k: stats[k] for k in _SUMMARY}, "finish_reason": result.finish_reason}
+    return {"speculative": speculative, **{k: stats[k] for k in _SUMMARY}, "finish_reason": result.finish_reason,
+            "n_reused": result.stats.n_reused, "reused_saved": result.stats.reused_saved}
 
 
 def merged_stats(results: list[GenerationResult]) -> SpecStats:
@@ -58,9 +59,11 @@ def summary(results: list[GenerationResult], speculative: bool) -> dict[str, Any
 
 
 def usage(results: list[GenerationResult]) -> dict[str, int]:
-    """OpenAI's usage: the prompt once, the completion tokens of every choice."""
+    """OpenAI's usage: the prompt once, the completion tokens of every choice; the prompt
+    tokens taken from a cache as prompt_tokens_details.cached_tokens."""
     p, c = len(results[0].prompt_tokens), sum(len(r.tokens) for r in results)
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+            "prompt_tokens_details": {"cached_tokens": results[0].stats.n_reused}}
 
 
 def finish_reason(result: GenerationResult) -> str:
