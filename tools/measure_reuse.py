@@ -107,7 +107,7 @@ def main() -> None:
     args = ap.parse_args()
 
     reuse = pymtp.load(args.model, n_threads=args.threads, n_ctx=4096)
-    full = pymtp.Session(reuse.model, n_threads=args.threads, n_ctx=4096)
+    full = pymtp.Session(reuse.model, n_threads=args.threads, n_ctx=4096, cache_mb=0)   # no saved texts
     msgs = conversation(reuse, args.tokens)
     history, last_user = msgs[:-2], msgs[-2]
     turn_n = history + [last_user]
