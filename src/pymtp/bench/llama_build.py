@@ -1,5 +1,6 @@
-"""llama.cpp's own tools for the bench: find the pinned llama.cpp tree pymtp is built
-from and build ``llama-speculative-simple`` and ``llama-completion`` from it into the cache."""
+"""llama.cpp's own tools: find the pinned llama.cpp tree pymtp is built from and build
+``llama-speculative-simple`` and ``llama-completion`` (the bench), ``llama-server`` (reuse
+and serving comparisons) and ``ggml-rpc-server`` (multi-host runs) from it into the cache."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ..cache import cache_dir
 from .base import BenchError, log
 
 LLAMA_TOOLS = ("llama-speculative-simple", "llama-completion")
+OTHER_TOOLS = ("llama-server", "ggml-rpc-server")
 
 
 def _repo_root() -> Path | None:
@@ -79,7 +81,7 @@ def cmake_configure_command(src: Path, build: Path) -> list[str]:
         cmd += ["-G", "Ninja"]
     cmd += ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DGGML_NATIVE=ON",
             "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF",
-            "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
+            "-DLLAMA_BUILD_SERVER=ON", "-DGGML_RPC=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
             f"-DGGML_CCACHE={'ON' if shutil.which('ccache') else 'OFF'}"]
     return cmd
 
@@ -105,31 +107,35 @@ def _build_lock(path: Path) -> Iterator[None]:
 
 
 def ensure_llama_tools(src: Path | None = None, *, bin_dir: str | os.PathLike | None = None,
-                       jobs: int | None = None) -> dict[str, Any]:
-    """Paths of llama-speculative-simple and llama-completion, building them when needed.
+                       jobs: int | None = None, tools: tuple[str, ...] = LLAMA_TOOLS) -> dict[str, Any]:
+    """Paths of the tools (default: llama-speculative-simple and llama-completion), building
+    them when needed.
 
     bin_dir: use prebuilt binaries from there instead."""
     if bin_dir is not None:
-        bins = {t: Path(bin_dir) / t for t in LLAMA_TOOLS}
+        bins = {t: Path(bin_dir) / t for t in tools}
         missing = [str(p) for p in bins.values() if not p.is_file()]
         if missing:
             raise BenchError(f"llama.cpp tools missing: {', '.join(missing)}")
         return {"source": None, "build_dir": None, "bins": {k: str(v) for k, v in bins.items()}, "built": False}
     src = find_llama_source(src)
     build = _tools_dir(src)
-    bins = {t: build / "bin" / t for t in LLAMA_TOOLS}
+    bins = {t: build / "bin" / t for t in tools}
     log_path = build.parent / "build.log"
     build.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    configure = cmake_configure_command(src, build)
+    stamp = build / "pymtp-configure.txt"         # configured with these options (else again)
     with _build_lock(build.parent / ".lock"), open(log_path, "a") as f:
-        if not (build / "CMakeCache.txt").is_file():
+        if not (build / "CMakeCache.txt").is_file() or not stamp.is_file() or stamp.read_text() != repr(configure):
             log(f"bench: configuring llama.cpp tools in {build} (log: {log_path})")
-            r = subprocess.run(cmake_configure_command(src, build), stdout=f, stderr=subprocess.STDOUT)
+            r = subprocess.run(configure, stdout=f, stderr=subprocess.STDOUT)
             if r.returncode != 0:
                 raise BenchError(f"configuring llama.cpp tools failed; see {log_path}")
+            stamp.write_text(repr(configure))
         if not all(p.is_file() for p in bins.values()):
-            log(f"bench: building {', '.join(LLAMA_TOOLS)} from {src} (several minutes; log: {log_path})")
-        cmd = [shutil.which("cmake") or "cmake", "--build", str(build), "--target", *LLAMA_TOOLS,
+            log(f"bench: building {', '.join(tools)} from {src} (several minutes; log: {log_path})")
+        cmd = [shutil.which("cmake") or "cmake", "--build", str(build), "--target", *tools,
                "-j", str(jobs or os.cpu_count() or 2)]
         r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
         if r.returncode != 0:
