@@ -37,6 +37,7 @@ struct pymtp_model {
     llama_model * model = nullptr;
     const llama_vocab * vocab = nullptr;
     bool mtp_loaded = false;
+    bool failed = false;           // a remote (RPC) backend failed: every later decode is refused
     int n_contexts = 0;            // live contexts on this model
 };
 
@@ -100,6 +101,15 @@ static void untrack(const void * p) { std::lock_guard<std::mutex> lock(g_registr
 #define CHECK_CTX(c) \
     if (!live(c)) return fail(PYMTP_ERR_HANDLE, "invalid context handle (closed or never opened)")
 #define GUARD_BEGIN try {
+// As GUARD_END, and an error of a remote backend marks the model failed (its memory on that
+// server is gone; llama.cpp's scheduler state after it is not to be trusted).
+#define GUARD_END_MODEL(m)                                                        \
+    } catch (const std::exception & e) {                                          \
+        if (std::strstr(e.what(), "RPC server")) (m)->failed = true;              \
+        return fail(PYMTP_ERR_DECODE, "llama.cpp raised: %s", e.what());          \
+    } catch (...) {                                                               \
+        return fail(PYMTP_ERR_DECODE, "llama.cpp raised an unknown exception");   \
+    }
 #define GUARD_END                                                                 \
     } catch (const std::exception & e) {                                          \
         return fail(PYMTP_ERR_DECODE, "llama.cpp raised: %s", e.what());          \
@@ -172,8 +182,40 @@ void pymtp_log_set(pymtp_log_fn fn, int min_level) {
 
 // ---- model -------------------------------------------------------------------------
 
+pymtp_load_params pymtp_load_default_params(void) {
+    pymtp_load_params p = {};
+    p.load_mtp = 1;
+    p.n_gpu_layers = -1;
+    p.mtp_local = 1;
+    return p;
+}
+
+int pymtp_model_failed(const pymtp_model * m) {
+    CHECK_MODEL(m);
+    return m->failed ? 1 : 0;
+}
+
 int pymtp_model_load(const char * path, int load_mtp, int n_gpu_layers, pymtp_model ** out) {
-    if (!path || !out) return fail(PYMTP_ERR_ARG, "path and out must not be NULL");
+    pymtp_load_params p = pymtp_load_default_params();
+    p.load_mtp = load_mtp;
+    p.n_gpu_layers = n_gpu_layers;
+    return pymtp_model_load_ext(path, &p, out);
+}
+
+int pymtp_model_load_ext(const char * path, const pymtp_load_params * params, pymtp_model ** out) {
+    if (!path || !out || !params) return fail(PYMTP_ERR_ARG, "path, params and out must not be NULL");
+    int load_mtp = params->load_mtp;
+    const bool remote = params->rpc_servers && params->rpc_servers[0];
+    if (params->n_tensor_split < 0 || (size_t) params->n_tensor_split > llama_max_devices() ||
+        (params->n_tensor_split > 0 && !params->tensor_split)) {
+        return fail(PYMTP_ERR_ARG, "tensor_split: %d values given, at most %zu devices", params->n_tensor_split,
+                    llama_max_devices());
+    }
+    for (int32_t i = 0; i < params->n_tensor_split; ++i) {
+        if (!(params->tensor_split[i] >= 0.0f) || !std::isfinite(params->tensor_split[i])) {
+            return fail(PYMTP_ERR_ARG, "tensor_split[%d] must be a finite share >= 0", i);
+        }
+    }
     *out = nullptr;
     FILE * f = std::fopen(path, "rb");
     if (!f) return fail(PYMTP_ERR_LOAD, "cannot open model file '%s': %s", path, std::strerror(errno));
@@ -190,8 +232,34 @@ int pymtp_model_load(const char * path, int load_mtp, int n_gpu_layers, pymtp_mo
     if (!why.empty()) return fail(PYMTP_ERR_LOAD, "cannot load '%s': %s", path, why.c_str());
     if (!mtp_complete) load_mtp = 0;   // declared MTP blocks without tensors: load the trunk only
     llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers = n_gpu_layers;
+    mp.n_gpu_layers = params->n_gpu_layers;
     mp.load_mtp = load_mtp != 0;
+    std::vector<ggml_backend_dev_t> devices;
+    std::vector<float> split(llama_max_devices(), 0.0f);
+    std::string mtp_pattern;
+    std::vector<llama_model_tensor_buft_override> overrides;
+    if (remote) {
+        const std::string why = placement_rpc_devices(params->rpc_servers, devices);
+        if (!why.empty()) return fail(PYMTP_ERR_LOAD, "cannot use the RPC servers: %s", why.c_str());
+        if ((size_t) params->n_tensor_split > devices.size()) {
+            return fail(PYMTP_ERR_ARG, "tensor_split has %d values for %zu devices", params->n_tensor_split, devices.size());
+        }
+        devices.push_back(nullptr);
+        mp.devices = devices.data();
+        if (params->n_tensor_split > 0) {
+            std::copy(params->tensor_split, params->tensor_split + params->n_tensor_split, split.begin());
+            mp.tensor_split = split.data();
+        }
+        if (params->mtp_local && load_mtp) {
+            mtp_pattern = placement_mtp_pattern(path);
+            if (!mtp_pattern.empty()) {
+                ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+                overrides.push_back({mtp_pattern.c_str(), ggml_backend_dev_buffer_type(cpu)});
+                overrides.push_back({nullptr, nullptr});
+                mp.tensor_buft_overrides = overrides.data();
+            }
+        }
+    }
     {
         std::lock_guard<std::mutex> lock(g_log_mutex);
         g_log_last_error.clear();
@@ -578,6 +646,9 @@ int pymtp_decode(pymtp_ctx * c, const int32_t * tokens, int32_t n_tokens, int32_
                  const uint8_t * output, const float * hidden_first, const float * hidden_rest) {
     CHECK_CTX(c);
     if (!tokens) return fail(PYMTP_ERR_ARG, "tokens must not be NULL");
+    if (c->model->failed) {
+        return fail(PYMTP_ERR_DECODE, "an RPC server of this model failed earlier: close the model and load it again");
+    }
     if (n_tokens < 1 || (uint32_t) n_tokens > c->n_batch) {
         return fail(PYMTP_ERR_ARG, "batch of %d tokens: must be in [1, n_batch=%u]", n_tokens, c->n_batch);
     }
@@ -659,7 +730,7 @@ int pymtp_decode(pymtp_ctx * c, const int32_t * tokens, int32_t n_tokens, int32_
     }
     ok();
     return PYMTP_OK;
-    GUARD_END
+    GUARD_END_MODEL(c->model)
 }
 
 int pymtp_logits(pymtp_ctx * c, float ** out, int32_t * n_rows) {
@@ -886,11 +957,13 @@ int pymtp_state_get(pymtp_ctx * c, int32_t seq_id, int32_t partial, uint8_t * bu
     const size_t need = llama_state_seq_get_size_ext(c->ctx, seq_id, flags);
     if (size < need) return fail(PYMTP_ERR_ARG, "the buffer holds %zu bytes; the state needs %zu", size, need);
     const size_t n = llama_state_seq_get_data_ext(c->ctx, buf, size, seq_id, flags);
-    if (n == 0 && need != 0) return fail(PYMTP_ERR_DECODE, "could not save the state of sequence %d", seq_id);
+    if (n == 0 && need != 0) {
+        return fail(PYMTP_ERR_DECODE, "could not save the state of sequence %d (a remote server failed?)", seq_id);
+    }
     *out_written = n;
     ok();
     return PYMTP_OK;
-    GUARD_END
+    GUARD_END_MODEL(c->model)
 }
 
 int pymtp_state_set(pymtp_ctx * c, int32_t seq_id, int32_t partial, const uint8_t * buf, size_t size) {
@@ -904,12 +977,12 @@ int pymtp_state_set(pymtp_ctx * c, int32_t seq_id, int32_t partial, const uint8_
     const size_t n = llama_state_seq_set_data_ext(c->ctx, buf, size, seq_id, state_flags(partial));
     if (n == 0) {
         return fail(PYMTP_ERR_DECODE, "llama.cpp rejected the saved state of sequence %d (another model, "
-                    "context kind or llama.cpp version?); the sequence is now empty", seq_id);
+                    "context kind or llama.cpp version, or a remote server failed); the sequence is now empty", seq_id);
     }
     c->last_batch = INT32_MAX;             // the restored state stands before every later position
     ok();
     return PYMTP_OK;
-    GUARD_END
+    GUARD_END_MODEL(c->model)
 }
 
 }  // extern "C"

@@ -88,6 +88,21 @@ typedef struct {
 } pymtp_model_info;
 
 int  pymtp_model_load(const char * path, int load_mtp, int n_gpu_layers, pymtp_model ** out);
+
+/* Loading over several hosts: llama.cpp's RPC backend (an rpc-server on each host). */
+typedef struct {
+    int32_t       load_mtp;
+    int32_t       n_gpu_layers;     /* layers on the devices (remote, then local GPUs); -1: all */
+    const char  * rpc_servers;      /* "host:port,host:port" (NULL or "": none) */
+    const float * tensor_split;     /* share of the layers per device, in that order (NULL: by free memory) */
+    int32_t       n_tensor_split;
+    int32_t       mtp_local;        /* keep the MTP blocks' tensors in local memory */
+} pymtp_load_params;
+
+pymtp_load_params pymtp_load_default_params(void);
+int  pymtp_model_load_ext(const char * path, const pymtp_load_params * params, pymtp_model ** out);
+/* 1 when a remote backend of the model failed (the model must be closed and loaded again). */
+int  pymtp_model_failed(const pymtp_model * model);
 int  pymtp_model_free(pymtp_model * model);   /* refused while contexts are open */
 int  pymtp_model_get_info(const pymtp_model * model, pymtp_model_info * out);
 

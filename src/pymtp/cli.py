@@ -120,6 +120,10 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1, metavar="N",
                    help="layers to offload to the GPU (-1 = all, 0 = none; default -1)")
     g.add_argument("--no-mtp", action="store_true", help="do not load the MTP blocks (implies --no-spec)")
+    g.add_argument("--rpc", metavar="HOST:PORT,...",
+                   help="spread the layers over these ggml-rpc-servers (llama.cpp's RPC backend; see pymtp.rpc)")
+    g.add_argument("--tensor-split", metavar="A,B,...", help="with --rpc: each server's share of the layers")
+    g.add_argument("--mtp-remote", action="store_true", help="with --rpc: place the MTP blocks remotely too")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress or stats lines on stderr")
     g.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log (like PYMTP_LOG=info)")
 
@@ -257,8 +261,10 @@ def _load(args):
             logging.basicConfig(format="%(name)s %(levelname)s: %(message)s")
     path = _model_path(args)
     with Progress(f"loading {os.path.basename(path)}", enabled=not args.quiet):
+        split = [float(x) for x in args.tensor_split.split(",")] if args.tensor_split else None
         return pymtp.load(path, mtp=not args.no_mtp, n_ctx=args.n_ctx, n_threads=args.threads,
-                          n_gpu_layers=args.n_gpu_layers)
+                          n_gpu_layers=args.n_gpu_layers, rpc_servers=args.rpc.split(",") if args.rpc else None,
+                          tensor_split=split, mtp_local=not args.mtp_remote)
 
 
 def _speculative(args, model) -> bool | dict:

@@ -23,7 +23,9 @@ ModelLike = Session | Model | str | os.PathLike | None
 
 
 def load(path: str | os.PathLike | None = None, *, mtp: bool = True, n_ctx: int | None = None,
-         n_threads: int | None = None, n_gpu_layers: int = -1, cache_mb: int | None = None) -> Session:
+         n_threads: int | None = None, n_gpu_layers: int = -1, cache_mb: int | None = None,
+         rpc_servers: list[str] | None = None, tensor_split: list[float] | None = None, mtp_local: bool = True,
+         rpc_timeout: float | None = None) -> Session:
     """Load a GGUF into a Session, for reuse across calls.
 
     path: a GGUF file; None or "default" for the default model (SmolLM2-135M-Instruct with
@@ -32,9 +34,13 @@ def load(path: str | os.PathLike | None = None, *, mtp: bool = True, n_ctx: int 
 
     n_ctx: context length of the contexts generate() makes (default: the
     model's training context, bounded by a 2 GiB KV budget: pymtp.session).
-    cache_mb: memory for the caches of other conversations than the live one (default 1024)."""
+    cache_mb: memory for the caches of other conversations than the live one (default 1024).
+    rpc_servers=["host:port", ...]: spread the model over those hosts' ggml-rpc-servers
+    (tensor_split: their shares; mtp_local: keep the MTP blocks here; rpc_timeout: seconds a
+    server may stay silent). See pymtp.rpc."""
     return Session(path, mtp=mtp, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
-                   cache_mb=cache_mb)
+                   cache_mb=cache_mb, rpc_servers=rpc_servers, tensor_split=tensor_split, mtp_local=mtp_local,
+                   rpc_timeout=rpc_timeout)
 
 
 def _spec_config(speculative: bool | SpecConfig | dict) -> SpecConfig | None:

@@ -72,16 +72,40 @@ class Model:
     ``mtp=True`` loads the MTP / NextN blocks when the file has them.
     A Model is safe to share between threads: its contexts serialize their
     native calls on ``model.lock``.
+
+    Over several hosts (see pymtp.rpc): ``rpc_servers=["host:port", ...]`` puts the layers
+    on those servers' devices (``tensor_split``: each one's share, in that order; default:
+    by free memory); ``mtp_local`` keeps the MTP blocks in local memory, so that drafting
+    does not cross the network; ``rpc_timeout`` (seconds) bounds each exchange with a server.
     """
 
-    def __init__(self, path: str | os.PathLike, *, mtp: bool = True, n_gpu_layers: int = -1) -> None:
+    def __init__(self, path: str | os.PathLike, *, mtp: bool = True, n_gpu_layers: int = -1,
+                 rpc_servers: Sequence[str] | None = None, tensor_split: Sequence[float] | None = None,
+                 mtp_local: bool = True, rpc_timeout: float | None = None) -> None:
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelLoadError(f"model file not found: {self.path}")
         if not isinstance(n_gpu_layers, int):
             raise TypeError("n_gpu_layers must be an int (-1 = all)")
-        self._h = _new_handle("pymtp_model **", lib.pymtp_model_load, os.fsencode(self.path), int(bool(mtp)),
-                              n_gpu_layers)
+        p = ffi.new("pymtp_load_params *")
+        p[0] = lib.pymtp_load_default_params()
+        p.load_mtp, p.n_gpu_layers, p.mtp_local = int(bool(mtp)), n_gpu_layers, int(bool(mtp_local))
+        keep = []                          # cffi buffers the call reads
+        if rpc_servers:
+            from .rpc import check_endpoints, set_timeout
+            keep.append(ffi.new("char[]", ",".join(check_endpoints(rpc_servers)).encode()))
+            p.rpc_servers = keep[-1]
+            set_timeout(rpc_timeout)
+        if tensor_split:
+            if not rpc_servers:
+                raise ValueError("tensor_split needs rpc_servers (the devices it splits over)")
+            split = [float(x) for x in tensor_split]
+            if any(not (x >= 0.0) or x == float("inf") for x in split) or not any(split):
+                raise ValueError(f"tensor_split must be finite shares >= 0, not all 0: {list(tensor_split)}")
+            keep.append(ffi.new("float[]", split))
+            p.tensor_split, p.n_tensor_split = keep[-1], len(split)
+        self.rpc_servers: list[str] = list(rpc_servers or [])
+        self._h = _new_handle("pymtp_model **", lib.pymtp_model_load_ext, os.fsencode(self.path), p)
         self.lock = threading.RLock()
         self._contexts: weakref.WeakSet[_Context] = weakref.WeakSet()
         info = ffi.new("pymtp_model_info *")
@@ -111,6 +135,11 @@ class Model:
     @property
     def closed(self) -> bool:
         return self._h is None
+
+    @property
+    def failed(self) -> bool:
+        """A remote server of this model failed: it must be closed and loaded again."""
+        return self._h is not None and bool(check(lib.pymtp_model_failed(self._h)))
 
     def _handle(self):
         if self._h is None:

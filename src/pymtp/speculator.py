@@ -39,7 +39,7 @@ import time
 
 from .config import SamplingConfig, SpecConfig
 from .drafter import Draft, Drafter, DraftPolicy, MTPDrafter
-from .errors import UnsupportedError
+from .errors import PymtpError, UnsupportedError
 from .model import DraftContext, TargetContext, last_row_only
 from .prompt_cache import PromptCache, PromptMark, SavedText, usable_prefix
 from .rollback import rollback_for
@@ -241,13 +241,22 @@ class MTPSpeculator:
             keep, why = self.reusable_prefix(prompt)
             self.stats.reused_saved = True
         elif self.n_past - keep >= min(STASH_MIN_LOST, (self.n_past + 1) // 2):
-            self.stash()                 # the cut loses a good part of the live text: keep it
+            if not self.stash():         # the cut loses a good part of the live text: keep it
+                return 0, "the live text could not be saved"
         return keep, why
 
-    def stash(self) -> None:
-        """Save the live text into the prompt cache (nothing when there is none to save)."""
+    def stash(self) -> bool:
+        """Save the live text into the prompt cache (nothing when there is none to save).
+        False when saving failed: the live text is then given up (a backend that failed
+        reports itself at the next decode)."""
         if self.cache is not None and self.n_past > 0 and self._live():
-            self.cache.put(self.save(), self.model.is_recurrent)
+            try:
+                text = self.save()
+            except PymtpError:
+                self.tokens, self.n_past, self.state = [], 0, State.IDLE
+                return False
+            self.cache.put(text, self.model.is_recurrent)
+        return True
 
     def _write_counts(self) -> tuple[int, int]:
         d = self.drafter.write_count() if self.drafter else 0
