@@ -1,6 +1,7 @@
 // placement.cpp: where a model's weights go when it is spread over other hosts: the RPC
-// devices of the servers given, and the MTP blocks' tensors kept in local memory (drafting
-// then never crosses the network).
+// devices of the servers given, and the MTP blocks' and the output head's tensors kept in
+// local memory (drafting then never crosses the network, and a verify sends hidden rows,
+// not logits rows).
 #include "shim_internal.h"
 
 #include "ggml-backend.h"
@@ -61,7 +62,13 @@ std::string placement_mtp_pattern(const char * path) {
             blocks.insert(std::strtol(name.c_str() + 4, nullptr, 10));
         }
     }
-    std::string pattern;
-    for (long b : blocks) pattern += (pattern.empty() ? "^blk\\.(" : "|") + std::to_string(b);
-    return pattern.empty() ? "" : pattern + ")\\.";
+    // the output head too (and the embedding it may be tied to): drafting and verifying both
+    // read it, and a remote head sends a vocabulary-wide logits row back per verified token
+    std::string pattern = "^(output\\.|output_norm\\.|token_embd\\.";
+    if (!blocks.empty()) {
+        pattern += "|blk\\.(";
+        for (long b : blocks) pattern += (b == *blocks.begin() ? "" : "|") + std::to_string(b);
+        pattern += ")\\.";
+    }
+    return pattern + ")";
 }

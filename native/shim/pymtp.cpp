@@ -250,7 +250,7 @@ int pymtp_model_load_ext(const char * path, const pymtp_load_params * params, py
             std::copy(params->tensor_split, params->tensor_split + params->n_tensor_split, split.begin());
             mp.tensor_split = split.data();
         }
-        if (params->mtp_local && load_mtp) {
+        if (params->mtp_local) {
             mtp_pattern = placement_mtp_pattern(path);
             if (!mtp_pattern.empty()) {
                 ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);

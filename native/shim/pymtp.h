@@ -96,7 +96,7 @@ typedef struct {
     const char  * rpc_servers;      /* "host:port,host:port" (NULL or "": none) */
     const float * tensor_split;     /* share of the layers per device, in that order (NULL: by free memory) */
     int32_t       n_tensor_split;
-    int32_t       mtp_local;        /* keep the MTP blocks' tensors in local memory */
+    int32_t       mtp_local;        /* keep the MTP blocks and the output head in local memory */
 } pymtp_load_params;
 
 pymtp_load_params pymtp_load_default_params(void);

@@ -34,7 +34,7 @@ struct ggml_backend_device;
 // Appends the devices of the RPC servers ("host:port,host:port"), then local accelerators;
 // returns "" or why not.
 std::string placement_rpc_devices(const char * servers, std::vector<ggml_backend_device *> & out);
-// A tensor-name regex matching every tensor of the GGUF's MTP blocks ("" when it has none).
+// A tensor-name regex matching the GGUF's MTP blocks and its output head (with a tied embedding).
 std::string placement_mtp_pattern(const char * path);
 
 constexpr float SHIM_NEG_INF = -std::numeric_limits<float>::infinity();

@@ -123,7 +123,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rpc", metavar="HOST:PORT,...",
                    help="spread the layers over these ggml-rpc-servers (llama.cpp's RPC backend; see pymtp.rpc)")
     g.add_argument("--tensor-split", metavar="A,B,...", help="with --rpc: each server's share of the layers")
-    g.add_argument("--mtp-remote", action="store_true", help="with --rpc: place the MTP blocks remotely too")
+    g.add_argument("--mtp-remote", action="store_true", help="with --rpc: place the MTP blocks and the output head remotely too")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress or stats lines on stderr")
     g.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log (like PYMTP_LOG=info)")
 

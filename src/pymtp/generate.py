@@ -36,7 +36,7 @@ def load(path: str | os.PathLike | None = None, *, mtp: bool = True, n_ctx: int 
     model's training context, bounded by a 2 GiB KV budget: pymtp.session).
     cache_mb: memory for the caches of other conversations than the live one (default 1024).
     rpc_servers=["host:port", ...]: spread the model over those hosts' ggml-rpc-servers
-    (tensor_split: their shares; mtp_local: keep the MTP blocks here; rpc_timeout: seconds a
+    (tensor_split: their shares; mtp_local: keep the MTP blocks and the output head here; rpc_timeout: seconds a
     server may stay silent). See pymtp.rpc."""
     return Session(path, mtp=mtp, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
                    cache_mb=cache_mb, rpc_servers=rpc_servers, tensor_split=tensor_split, mtp_local=mtp_local,

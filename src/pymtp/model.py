@@ -75,8 +75,8 @@ class Model:
 
     Over several hosts (see pymtp.rpc): ``rpc_servers=["host:port", ...]`` puts the layers
     on those servers' devices (``tensor_split``: each one's share, in that order; default:
-    by free memory); ``mtp_local`` keeps the MTP blocks in local memory, so that drafting
-    does not cross the network; ``rpc_timeout`` (seconds) bounds each exchange with a server.
+    by free memory); ``mtp_local`` keeps the MTP blocks and the output head in local memory,
+    so that drafting does not cross the network and a verify sends hidden rows, not logits; ``rpc_timeout`` (seconds) bounds each exchange with a server.
     """
 
     def __init__(self, path: str | os.PathLike, *, mtp: bool = True, n_gpu_layers: int = -1,

@@ -6,9 +6,10 @@ trunk's layers on their devices::
     model = pymtp.load("model.gguf", rpc_servers=["10.0.0.2:50052", "10.0.0.3:50052"],
                        tensor_split=[1, 1])
 
-The MTP blocks stay in local memory by default (``mtp_local=True``): a draft step then costs
-no network round trip, and only the verify decode crosses the network, with k+1 rows instead
-of one. A server that fails raises ``PymtpError`` (after at most ``rpc_timeout`` seconds of
+The MTP blocks and the output head stay in local memory by default (``mtp_local=True``): a
+draft step then costs no network round trip, and the verify decode crosses the network with
+k+1 hidden rows (n_embd floats each) instead of one, while the vocabulary-wide logits rows are
+computed here. A server that fails raises ``PymtpError`` (after at most ``rpc_timeout`` seconds of
 silence) and marks the model failed: close it and load it again.
 
 This module checks endpoints and sets the timeout; pymtp.testing.hosts builds the server from
