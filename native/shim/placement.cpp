@@ -1,14 +1,11 @@
-// placement.cpp: where a model's weights go when it is spread over other hosts: the RPC
-// devices of the servers given, and the MTP blocks' and the output head's tensors kept in
-// local memory (drafting then never crosses the network, and a verify sends hidden rows,
-// not logits rows).
+// placement.cpp: the devices a model spread over other hosts uses: those of the RPC servers
+// given, then local accelerators. (Keeping the MTP layers and the output head local is
+// llama_model_params.mtp_local, native/patches/0002.)
 #include "shim_internal.h"
 
 #include "ggml-backend.h"
-#include "gguf.h"
 
 #include <memory>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -47,28 +44,4 @@ std::string placement_rpc_devices(const char * servers, std::vector<ggml_backend
         if (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) out.push_back(d);
     }
     return "";
-}
-
-std::string placement_mtp_pattern(const char * path) {
-    gguf_init_params gp = {/*no_alloc =*/ true, /*ctx =*/ nullptr};
-    std::unique_ptr<gguf_context, void (*)(gguf_context *)> g(gguf_init_from_file(path, gp), gguf_free);
-    if (!g) return "";
-    // an MTP block is a block with nextn.* tensors; every tensor of that block goes local
-    std::set<long> blocks;
-    for (int64_t i = 0; i < gguf_get_n_tensors(g.get()); ++i) {
-        const std::string name = gguf_get_tensor_name(g.get(), i);
-        const size_t at = name.find(".nextn.");
-        if (name.rfind("blk.", 0) == 0 && at != std::string::npos) {
-            blocks.insert(std::strtol(name.c_str() + 4, nullptr, 10));
-        }
-    }
-    // the output head too (and the embedding it may be tied to): drafting and verifying both
-    // read it, and a remote head sends a vocabulary-wide logits row back per verified token
-    std::string pattern = "^(output\\.|output_norm\\.|token_embd\\.";
-    if (!blocks.empty()) {
-        pattern += "|blk\\.(";
-        for (long b : blocks) pattern += (b == *blocks.begin() ? "" : "|") + std::to_string(b);
-        pattern += ")\\.";
-    }
-    return pattern + ")";
 }

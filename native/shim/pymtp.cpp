@@ -236,8 +236,6 @@ int pymtp_model_load_ext(const char * path, const pymtp_load_params * params, py
     mp.load_mtp = load_mtp != 0;
     std::vector<ggml_backend_dev_t> devices;
     std::vector<float> split(llama_max_devices(), 0.0f);
-    std::string mtp_pattern;
-    std::vector<llama_model_tensor_buft_override> overrides;
     if (remote) {
         const std::string why = placement_rpc_devices(params->rpc_servers, devices);
         if (!why.empty()) return fail(PYMTP_ERR_LOAD, "cannot use the RPC servers: %s", why.c_str());
@@ -250,15 +248,7 @@ int pymtp_model_load_ext(const char * path, const pymtp_load_params * params, py
             std::copy(params->tensor_split, params->tensor_split + params->n_tensor_split, split.begin());
             mp.tensor_split = split.data();
         }
-        if (params->mtp_local) {
-            mtp_pattern = placement_mtp_pattern(path);
-            if (!mtp_pattern.empty()) {
-                ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-                overrides.push_back({mtp_pattern.c_str(), ggml_backend_dev_buffer_type(cpu)});
-                overrides.push_back({nullptr, nullptr});
-                mp.tensor_buft_overrides = overrides.data();
-            }
-        }
+        mp.mtp_local = params->mtp_local != 0;   // patch 0002: MTP layers and output head on the CPU
     }
     {
         std::lock_guard<std::mutex> lock(g_log_mutex);

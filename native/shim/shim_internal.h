@@ -27,15 +27,13 @@ void draft_vocab_free(draft_vocab * v);
 int32_t draft_vocab_size(const draft_vocab * v);
 const float * draft_vocab_logits(draft_vocab * v, const float * hidden);
 
-// placement.cpp: remote devices and the MTP blocks kept local.
+// placement.cpp: the devices of remote (RPC) servers.
 #include <string>
 #include <vector>
 struct ggml_backend_device;
 // Appends the devices of the RPC servers ("host:port,host:port"), then local accelerators;
 // returns "" or why not.
 std::string placement_rpc_devices(const char * servers, std::vector<ggml_backend_device *> & out);
-// A tensor-name regex matching the GGUF's MTP blocks and its output head (with a tied embedding).
-std::string placement_mtp_pattern(const char * path);
 
 constexpr float SHIM_NEG_INF = -std::numeric_limits<float>::infinity();
 
