@@ -217,3 +217,19 @@ def test_no_namespace_or_server_is_left_behind(server_binary):
     assert "pymtp-" not in out
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(server_binary) not in ps
+
+
+def test_the_command_line_takes_rpc_servers(gguf, hosts, capsys):
+    from pymtp.cli import EXIT_OK, main
+    path = gguf("glm4moe", **DEEP)
+    h = hosts(2)
+    before = h.bytes_each()
+    capsys.readouterr()                      # the fixture's mode line
+    rc = main(["generate", "-m", str(path), "-n", str(N), "--ignore-eos", "--rpc", ",".join(h.endpoints),
+               "--tensor-split", "1,1", "-q", "def f(x):"])
+    out = capsys.readouterr().out
+    assert rc == EXIT_OK
+    with pymtp.load(path, n_ctx=256, n_threads=1) as s:
+        assert out == pymtp.generate("def f(x):", s, max_tokens=N, ignore_eos=True).text + "\n"
+    if h.spaces:
+        assert all(b > a for a, b in zip(before, h.bytes_each()))
