@@ -77,6 +77,7 @@ class Drafter:
     wants_hidden = False
     last_source = ""          # who proposed the last draft, for the statistics per source
     vocab_size = 0            # tokens a trimmed MTP head scores (0: all, or not an MTP head)
+    verify_cost = None        # set by the speculator: k -> measured seconds of a k-token verify (or None)
 
     def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
                 p_min: float = 0.0) -> Draft:
@@ -369,6 +370,10 @@ class DraftPolicy:
         self._cool_left = 0
         self.cooldown_steps_taken = 0
         self.last_rates: list[float] = []
+
+    def verify_cost(self, k):
+        """Seconds a verify of k draft tokens takes (the fitted line), None before any step."""
+        return self._verify_cost(np.asarray(k, dtype=float)) if self._fit[0] > 0 else None
 
     def _verify_cost(self, k: np.ndarray) -> np.ndarray:
         n, sx, sxx, sy, sxy = self._fit

@@ -5,16 +5,23 @@ proposes long drafts at no model cost. Elsewhere only the MTP head proposes well
 uses one of them, so every draft's q is one drafter's (a point mass or the head's), and the
 acceptance rule stays exact either way.
 
-The choice, per step: lookup when its continuation has at least ``min_match`` tokens and its
-recent per-token acceptance is at least the head's (both decayed counts, so a source that
-stops paying loses the step); the head otherwise. Lookup drafts up to the step's length;
-the head at most ``mtp_draft`` tokens (its acceptance falls fast with depth). The head keeps
-being fed the accepted text while lookup drafts (its queue is flushed when full), so it is
-ready whenever it is chosen again. ``last_source`` names the drafter of the last draft, for
-the statistics per source.
+The choice, per step, is a cost model: for each source, the expected tokens per second of
+its draft, (1 + sum_{i<k} prod_{j<=i} a_j) / (k * c_draft + c_verify(k)), with a_j that
+source's recent acceptance at draft position j (decayed counts, a prior of one in two), c_draft
+its measured drafting seconds per token, and c_verify the speculator's fitted verify cost
+(DraftPolicy). Lookup is a candidate when its continuation has at least ``min_match`` tokens
+and drafts all of it; the head drafts at most ``mtp_draft`` tokens. Before any verify has been
+timed, lookup wins when its per-token acceptance is at least the head's. The head keeps being
+fed the accepted text while lookup drafts (its queue is flushed when full), so it is ready
+whenever it is chosen again. ``last_source`` names the drafter of the last draft, for the
+statistics per source.
 """
 
 from __future__ import annotations
+
+import time
+
+import numpy as np
 
 from .config import SpecConfig
 from .drafter import Draft, Drafter, MTPDrafter
@@ -31,37 +38,67 @@ class HybridDrafter(Drafter):
         self.mtp_draft, self.min_match = mtp_draft, min_match
         self.max_draft = max(lookup.max_draft, min(mtp.max_draft, mtp_draft))
         self._decay = 1.0 - 1.0 / window
-        # decayed (accepted, checked) draft tokens per source; a prior of one in two
-        self._rate = {"lookup": [1.0, 2.0], "mtp": [1.0, 2.0]}
+        # per source: decayed (accepted, reached) counts per draft position, seconds per drafted token
+        n = self.max_draft
+        self._acc = {s: np.zeros(n) for s in ("lookup", "mtp")}
+        self._seen = {s: np.zeros(n) for s in ("lookup", "mtp")}
+        self._c_draft = {"lookup": 0.0, "mtp": 0.0}
         self.last_source = ""
+        self.last_scores: dict[str, float] = {}      # expected tokens/s of each candidate, last step
 
     def configure(self, spec: SpecConfig) -> None:
         self.mtp.configure(spec)
         self.lookup.configure(spec)
 
+    def rates(self, source: str, k: int) -> np.ndarray:
+        """Acceptance at draft positions 0..k-1 (one in two before any evidence)."""
+        return (self._acc[source][:k] + 1.0) / (self._seen[source][:k] + 2.0)
+
     def rate(self, source: str) -> float:
-        a, n = self._rate[source]
-        return a / n
+        """Per-token acceptance of a source's checked draft tokens."""
+        return float((self._acc[source].sum() + 1.0) / (self._seen[source].sum() + 2.0))
+
+    def score(self, source: str, k: int) -> float | None:
+        """Expected tokens per second of a k-token draft from source (None: no verify timed yet)."""
+        vc = self.verify_cost(k) if self.verify_cost is not None else None
+        if vc is None:
+            return None
+        gain = 1.0 + float(np.cumprod(self.rates(source, k)).sum())
+        return gain / max(k * self._c_draft[source] + float(vc), 1e-9)
 
     def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
                 p_min: float = 0.0) -> Draft:
+        t0 = time.perf_counter()
         cont = self.lookup.continuation(history, k)
-        if len(cont) >= self.min_match and self.rate("lookup") >= self.rate("mtp"):
+        k_mtp = min(k, self.mtp_draft)
+        use_lookup = False
+        if len(cont) >= self.min_match:
+            s_lookup, s_mtp = self.score("lookup", len(cont)), self.score("mtp", k_mtp)
+            self.last_scores = {"lookup": s_lookup, "mtp": s_mtp}
+            use_lookup = (s_lookup >= s_mtp if s_lookup is not None and s_mtp is not None
+                          else self.rate("lookup") >= self.rate("mtp"))
+        if use_lookup:
             self.last_source = "lookup"
-            return self.lookup.propose(last_token, n_past, k, sampler, history, p_min)
-        self.last_source = "mtp"
-        return self.mtp.propose(last_token, n_past, min(k, self.mtp_draft), sampler, history, p_min)
+            draft = self.lookup.propose(last_token, n_past, len(cont), sampler, history, p_min)
+        else:
+            self.last_source = "mtp"
+            draft = self.mtp.propose(last_token, n_past, k_mtp, sampler, history, p_min)
+        if draft.tokens:
+            dt = (time.perf_counter() - t0) / len(draft.tokens)
+            c = self._c_draft[self.last_source]
+            self._c_draft[self.last_source] = dt if c == 0.0 else 0.8 * c + 0.2 * dt
+        return draft
 
     def accepted(self, n_drafted: int, n_accepted: int) -> None:
-        """The last draft's outcome (the speculator reports it): updates its source's rate."""
+        """The last draft's outcome (the speculator reports it): updates its source's rates."""
         if n_drafted == 0 or not self.last_source:
             return
-        for r in self._rate.values():
-            r[0] *= self._decay
-            r[1] *= self._decay
-        r = self._rate[self.last_source]
-        r[0] += n_accepted
-        r[1] += min(n_drafted, n_accepted + 1)      # tokens after the first rejection go unchecked
+        for src in self._acc:
+            self._acc[src] *= self._decay
+            self._seen[src] *= self._decay
+        reached = min(n_drafted, n_accepted + 1)      # tokens after the first rejection go unchecked
+        self._seen[self.last_source][:reached] += 1.0
+        self._acc[self.last_source][:n_accepted] += 1.0
 
     # ---- the head's state follows the text whoever drafts --------------------------------------
 

@@ -92,6 +92,7 @@ class MTPSpeculator:
         self.rollback = rollback_for(self.target, n_max)
         if self.drafter:
             self.drafter.configure(spec)
+            self.drafter.verify_cost = self.policy.verify_cost     # for drafters that weigh costs
         if self.sampler is None or self.sampler.n_slots < n_max + 1:
             self.sampler = Sampler(self.sampling, n_slots=n_max + 1, n_vocab=self.model.n_vocab)  # q per position
 
