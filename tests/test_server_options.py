@@ -377,7 +377,30 @@ def test_logprobs_of_the_chosen_tokens(served, client):
     lp = c.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == 6 and all(x <= 0 for x in lp.token_logprobs)
     assert lp.text_offset[0] == 0 and lp.text_offset[1] == len(lp.tokens[0])
-    for body in ({"logprobs": True, "top_logprobs": 2}, {"logprobs": True, "stream": True}):
+    for body in ({"logprobs": True, "top_logprobs": 2},):
         status, _, err = call(served.url + "/v1/chat/completions",
                               {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **body})
         assert status == 400, body
+
+
+@pytest.mark.parametrize("stop", [None, ["("]])
+def test_streamed_logprobs_equal_the_whole_responses(served, client, stop):
+    """Streamed, every chunk carries the logprobs of the tokens generated since the last one:
+    joined, they are the non-streamed response's, token for token (stop strings included)."""
+    msgs = [{"role": "user", "content": "Write a function."}]
+    kw = dict(model=MODEL, max_tokens=24, temperature=0, logprobs=True, stop=stop, extra_body={"ignore_eos": True})
+    whole = client.chat.completions.create(messages=msgs, **kw).choices[0]
+    chunks = list(client.chat.completions.create(messages=msgs, stream=True, **kw))
+    streamed = [c for ch in chunks for choice in ch.choices if choice.logprobs for c in choice.logprobs.content]
+    assert [(c.token, c.logprob) for c in streamed] == [(c.token, c.logprob) for c in whole.logprobs.content]
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == whole.message.content
+    assert sum(1 for ch in chunks if ch.choices and ch.choices[0].logprobs) >= 2     # spread over chunks
+    # completions: token_logprobs joined up the same way
+    ck = dict(model=MODEL, prompt="def f(x", max_tokens=12, temperature=0, logprobs=0, stop=stop,
+              extra_body={"ignore_eos": True})
+    whole = client.completions.create(**ck).choices[0].logprobs
+    parts = [c.choices[0].logprobs for c in client.completions.create(stream=True, **ck)
+             if c.choices and c.choices[0].logprobs]
+    assert [t for p in parts for t in p.token_logprobs] == whole.token_logprobs
+    assert [t for p in parts for t in p.tokens] == whole.tokens

@@ -132,6 +132,7 @@ class TextStream:
         sent = 0           # characters of text already yielded
         out: list[int] = []
         lps: list[float] = []
+        self.tokens, self.token_logprobs = out, lps      # read while streaming (the server's logprobs)
         finish = None
         cut = None
         while finish is None:

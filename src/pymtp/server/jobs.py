@@ -119,8 +119,6 @@ class JobMaker:
                                 and req.logprobs > 0):
             raise bad_request("top_logprobs (alternatives to the chosen tokens) are not supported; "
                               "logprobs of the chosen tokens are", "top_logprobs")
-        if want_logprobs and req.stream:
-            raise bad_request("logprobs are not supported when streaming", "logprobs")
         bias = {}
         for key, value in (req.logit_bias or {}).items():
             try:

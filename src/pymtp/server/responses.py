@@ -81,6 +81,7 @@ class Reply:
         self.created = int(time.time())
         self.model_id, self.speculative = model_id, speculative
         self.piece = piece            # token -> bytes, for logprobs
+        self._sent_logprobs: dict[int, int] = {}     # streaming: tokens each choice's chunks carried
 
     # ---- what differs between the endpoints ----
 
@@ -98,10 +99,11 @@ class Reply:
 
     def logprobs(self, result: GenerationResult) -> dict[str, Any]:
         """The logprobs object of a choice (the chosen tokens only)."""
-        raise NotImplementedError
+        return self.token_logprobs(result.tokens, result.logprobs)
 
-    def _pieces(self, result: GenerationResult) -> list[bytes]:
-        return [self.piece(t) for t in result.tokens]
+    def token_logprobs(self, tokens: list[int], logprobs: list[float]) -> dict[str, Any]:
+        """The logprobs object of these tokens (a whole choice, or a stream chunk's)."""
+        raise NotImplementedError
 
     #: the text is sent whole at the end (a reply that may be a tool call is parsed first)
     holds_text = False
@@ -126,8 +128,14 @@ class Reply:
         out["pymtp"] = summary(results, self.speculative)
         return out
 
-    def chunk(self, index: int, text: str | None, finish: str | None = None) -> dict[str, Any]:
-        return self.envelope(self.chunk_object, [self.chunk_choice(index, text, finish)])
+    def chunk(self, index: int, text: str | None, finish: str | None = None, logprobs=None) -> dict[str, Any]:
+        """A stream chunk; logprobs: [(token, logprob), ...] of the tokens it carries."""
+        out = self.envelope(self.chunk_object, [self.chunk_choice(index, text, finish)])
+        if logprobs:
+            tokens, lps = zip(*logprobs)
+            out["choices"][0]["logprobs"] = self.token_logprobs(list(tokens), list(lps))
+            self._sent_logprobs[index] = self._sent_logprobs.get(index, 0) + len(tokens)
+        return out
 
     def finish(self, result: GenerationResult) -> str:
         return finish_reason(result)
@@ -146,6 +154,7 @@ class Reply:
 
         async def events():
             item, results, opened = first, [], set()
+            pending: dict[int, list] = {}
             try:
                 while True:
                     index, kind, value = item
@@ -153,13 +162,21 @@ class Reply:
                         opened.add(index)
                         for c in self.opening(index):
                             yield sse(c)
-                    if kind == "piece":
+                    if kind == "logprobs":
+                        pending.setdefault(index, []).extend(value)
+                    elif kind == "piece":
                         if value and not self.holds_text:
-                            yield sse(self.chunk(index, value))
+                            yield sse(self.chunk(index, value, logprobs=pending.pop(index, None)))
                     elif kind == "done":
                         results.append(value)
                         for c in self.held(index, value):
                             yield sse(c)
+                        if value.logprobs is not None and not self.holds_text:
+                            # tokens after the last piece (a stop string's, an end token's)
+                            sent = self._sent_logprobs.get(index, 0)
+                            rest = list(zip(value.tokens[sent:], value.logprobs[sent:]))
+                            if rest:
+                                yield sse(self.chunk(index, "", logprobs=rest))
                         yield sse(self.closing(index, value))
                     else:  # an error after the stream started: reported in-band
                         err = from_exception(value)
@@ -194,10 +211,10 @@ class CompletionReply(Reply):
     def chunk_choice(self, index: int, text: str | None, finish: str | None) -> dict[str, Any]:
         return self.choice(index, text or "", finish)
 
-    def logprobs(self, result: GenerationResult) -> dict[str, Any]:
-        tokens = [p.decode("utf-8", "replace") for p in self._pieces(result)]
-        offsets = [sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
-        return {"tokens": tokens, "token_logprobs": result.logprobs, "top_logprobs": None, "text_offset": offsets}
+    def token_logprobs(self, tokens: list[int], logprobs: list[float]) -> dict[str, Any]:
+        texts = [self.piece(t).decode("utf-8", "replace") for t in tokens]
+        offsets = [sum(len(t) for t in texts[:i]) for i in range(len(texts))]
+        return {"tokens": texts, "token_logprobs": logprobs, "top_logprobs": None, "text_offset": offsets}
 
 
 class ChatReply(Reply):
@@ -226,16 +243,17 @@ class ChatReply(Reply):
         message = self._parsed(text).message() if self.tools is not None else {"role": "assistant", "content": text}
         return {"index": index, "message": message, "logprobs": None, "finish_reason": finish}
 
-    def logprobs(self, result: GenerationResult) -> dict[str, Any]:
+    def token_logprobs(self, tokens: list[int], logprobs: list[float]) -> dict[str, Any]:
         content = [{"token": p.decode("utf-8", "replace"), "logprob": lp, "bytes": list(p), "top_logprobs": []}
-                   for p, lp in zip(self._pieces(result), result.logprobs)]
+                   for p, lp in zip((self.piece(t) for t in tokens), logprobs)]
         return {"content": content, "refusal": None}
 
     def held(self, index: int, result: GenerationResult) -> list[dict[str, Any]]:
         if self.tools is None:
             return []
         parsed = self._parsed(result.text)
-        c = self.chunk(index, parsed.content or "")
+        lps = list(zip(result.tokens, result.logprobs)) if result.logprobs is not None else None
+        c = self.chunk(index, parsed.content or "", logprobs=lps)
         if parsed.tool_calls:
             c["choices"][0]["delta"]["tool_calls"] = [{"index": i, **call} for i, call in enumerate(parsed.tool_calls)]
         return [c]

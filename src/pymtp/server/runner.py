@@ -60,7 +60,9 @@ class Runner:
         return value
 
     async def stream(self, job: Job) -> AsyncIterator[tuple[str, object]]:
-        """("piece", str) ... then ("done", GenerationResult) or ("error", exception).
+        """("piece", str) ... then ("done", GenerationResult) or ("error", exception); with
+        job.logprobs, ("logprobs", [(token, logprob), ...]) before a piece, for the tokens
+        generated since the last one.
 
         Closing the iterator early stops the generation after its current step."""
         loop = asyncio.get_running_loop()
@@ -82,9 +84,14 @@ class Runner:
             try:
                 s = TextStream(self.session, job.prompt(), job.sampling, job.spec, job.limits,
                                constraint=job.constraint() if job.constraint else None, logprobs=job.logprobs)
+                reported = 0                  # tokens whose logprobs went out with earlier pieces
                 for piece in s:
                     if cancel.is_set():
                         break
+                    if job.logprobs and len(s.token_logprobs) > reported:
+                        n = len(s.token_logprobs)
+                        put(("logprobs", list(zip(s.tokens[reported:n], s.token_logprobs[reported:n]))))
+                        reported = n
                     put(("piece", piece))
                 else:
                     metrics.generation_done(s.result)
@@ -112,7 +119,7 @@ class Runner:
             while True:
                 item = await queue.get()
                 yield item
-                if item[0] != "piece":
+                if item[0] in ("done", "error"):
                     return
         finally:
             cancel.set()
