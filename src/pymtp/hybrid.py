@@ -7,7 +7,8 @@ acceptance rule stays exact either way.
 
 The choice, per step, is a cost model: for each source, the expected tokens per second of
 its draft, (1 + sum_{i<k} prod_{j<=i} a_j) / (k * c_draft + c_verify(k)), with a_j that
-source's recent acceptance at draft position j (decayed counts, a prior of one in two), c_draft
+source's recent acceptance at draft position j (decayed counts; an untried position borrows
+the rate of the one before), c_draft
 its measured drafting seconds per token, and c_verify the speculator's fitted verify cost
 (DraftPolicy). Lookup is a candidate when its continuation has at least ``min_match`` tokens
 and drafts all of it; the head drafts at most ``mtp_draft`` tokens. Before any verify has been
@@ -51,8 +52,14 @@ class HybridDrafter(Drafter):
         self.lookup.configure(spec)
 
     def rates(self, source: str, k: int) -> np.ndarray:
-        """Acceptance at draft positions 0..k-1 (one in two before any evidence)."""
-        return (self._acc[source][:k] + 1.0) / (self._seen[source][:k] + 2.0)
+        """Acceptance at draft positions 0..k-1: each position's counts with one pseudo-count at
+        the rate of the position before (one in two before position 0), as DraftPolicy does, so
+        that a deep position seldom reached is not credited a flat prior."""
+        out, prev = np.empty(k), 0.5
+        acc, seen = self._acc[source], self._seen[source]
+        for i in range(k):
+            prev = out[i] = (acc[i] + prev) / (seen[i] + 1.0)
+        return out
 
     def rate(self, source: str) -> float:
         """Per-token acceptance of a source's checked draft tokens."""
