@@ -863,27 +863,20 @@ int pymtp_seq_cp(pymtp_ctx * c, int32_t src, int32_t dst, int32_t p0, int32_t p1
     GUARD_END
 }
 
-int pymtp_seq_pos_max(pymtp_ctx * c, int32_t seq_id, int32_t * out) {
+static int seq_pos(pymtp_ctx * c, int32_t seq_id, int32_t * out, bool last) {
     CHECK_CTX(c);
     if (!out) return fail(PYMTP_ERR_ARG, "out must not be NULL");
     if (int rc = check_seq(c, seq_id)) return rc;
     GUARD_BEGIN
-    *out = llama_memory_seq_pos_max(llama_get_memory(c->ctx), seq_id);
+    llama_memory_t mem = llama_get_memory(c->ctx);
+    *out = last ? llama_memory_seq_pos_max(mem, seq_id) : llama_memory_seq_pos_min(mem, seq_id);
     ok();
     return PYMTP_OK;
     GUARD_END
 }
 
-int pymtp_seq_pos_min(pymtp_ctx * c, int32_t seq_id, int32_t * out) {
-    CHECK_CTX(c);
-    if (!out) return fail(PYMTP_ERR_ARG, "out must not be NULL");
-    if (int rc = check_seq(c, seq_id)) return rc;
-    GUARD_BEGIN
-    *out = llama_memory_seq_pos_min(llama_get_memory(c->ctx), seq_id);
-    ok();
-    return PYMTP_OK;
-    GUARD_END
-}
+int pymtp_seq_pos_max(pymtp_ctx * c, int32_t seq_id, int32_t * out) { return seq_pos(c, seq_id, out, true); }
+int pymtp_seq_pos_min(pymtp_ctx * c, int32_t seq_id, int32_t * out) { return seq_pos(c, seq_id, out, false); }
 
 int pymtp_checkpoint_save(pymtp_ctx * c, int32_t seq_id) {
     CHECK_CTX(c);

@@ -345,9 +345,12 @@ class _Context:
 
     def pos_max(self, seq_id: int = 0) -> int:
         """Last position held for the sequence, -1 when empty."""
+        return self._pos(lib.pymtp_seq_pos_max, seq_id)
+
+    def _pos(self, fn, seq_id: int) -> int:
         out = ffi.new("int32_t *")
         with self.lock:
-            check(lib.pymtp_seq_pos_max(self._handle(), seq_id, out))
+            check(fn(self._handle(), seq_id, out))
         return out[0]
 
     def get_state(self, seq_id: int = 0, *, partial: bool = False) -> np.ndarray:
@@ -371,10 +374,7 @@ class _Context:
 
     def pos_min(self, seq_id: int = 0) -> int:
         """First position held for the sequence (sliding-window layers drop older ones), -1 when empty."""
-        out = ffi.new("int32_t *")
-        with self.lock:
-            check(lib.pymtp_seq_pos_min(self._handle(), seq_id, out))
-        return out[0]
+        return self._pos(lib.pymtp_seq_pos_min, seq_id)
 
     def min_cut(self) -> int:
         """The fewest positions a cut of sequence 0 may keep and still decode correctly after:

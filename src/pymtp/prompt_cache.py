@@ -72,6 +72,8 @@ def usable_prefix(tokens: list[int], n_past: int, mark: PromptMark | None, recur
     go: a cut before min_cut would decode against missing keys)."""
     limit = min(n_past, len(prompt) - 1)
     n = 0
+    while n + 256 <= limit and tokens[n:n + 256] == prompt[n:n + 256]:    # slices compare in C
+        n += 256
     while n < limit and tokens[n] == prompt[n]:
         n += 1
     if n < min(n_past, min_cut):
