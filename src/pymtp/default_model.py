@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from . import hub
 from .cache import cache_dir, cached_file, file_sha256
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
@@ -40,9 +41,14 @@ def assembled(trunk_type: str = "F16") -> Path:
     return cached_file(out, lambda tmp: convert.write_glm4moe(src, tmp, head=HEAD, f16=trunk_type == "F16"))
 
 
-def resolve(model: str | os.PathLike | None) -> Path:
+def resolve(model: str | os.PathLike | None, file: str | None = None, revision: str | None = None) -> Path:
     """A GGUF path for pymtp.load(model): None or "default" (the default model, $PYMTP_MODEL
-    overrides), "default-q4_1", "tiny" (the small bundled model), or a file path."""
+    overrides), "default-q4_1", "tiny" (the small bundled model), a file path, or a Hugging
+    Face Hub repository "org/repo" with file= a glob of the GGUF to take (pymtp.hub)."""
+    if isinstance(model, str) and (file is not None or revision is not None or hub.looks_like_repo(model)):
+        if not hub.looks_like_repo(model):
+            raise ValueError(f"file= and revision= name a GGUF in a Hub repository (\"org/repo\"), not in {model!r}")
+        return hub.hub_gguf(model, file, revision)
     if model is None:
         override = os.environ.get("PYMTP_MODEL")
         if override:

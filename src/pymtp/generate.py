@@ -25,7 +25,7 @@ ModelLike = Session | Model | str | os.PathLike | None
 def load(path: str | os.PathLike | None = None, *, mtp: bool = True, n_ctx: int | None = None,
          n_threads: int | None = None, n_gpu_layers: int = -1, cache_mb: int | None = None,
          rpc_servers: list[str] | None = None, tensor_split: list[float] | None = None, mtp_local: bool = True,
-         rpc_timeout: float | None = None) -> Session:
+         rpc_timeout: float | None = None, file: str | None = None, revision: str | None = None) -> Session:
     """Load a GGUF into a Session, for reuse across calls.
 
     path: a GGUF file; None or "default" for the default model (SmolLM2-135M-Instruct with
@@ -37,10 +37,12 @@ def load(path: str | os.PathLike | None = None, *, mtp: bool = True, n_ctx: int 
     cache_mb: memory for the caches of other conversations than the live one (default 1024).
     rpc_servers=["host:port", ...]: spread the model over those hosts' ggml-rpc-servers
     (tensor_split: their shares; mtp_local: keep the MTP blocks and the output head here; rpc_timeout: seconds a
-    server may stay silent). See pymtp.rpc."""
+    server may stay silent). See pymtp.rpc.
+    path "org/repo" with file="*Q4_K_M*": that GGUF from the Hugging Face Hub (revision: a
+    branch, tag or commit), through huggingface_hub's cache (pip install 'pymtp-llm[hub]')."""
     return Session(path, mtp=mtp, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
                    cache_mb=cache_mb, rpc_servers=rpc_servers, tensor_split=tensor_split, mtp_local=mtp_local,
-                   rpc_timeout=rpc_timeout)
+                   rpc_timeout=rpc_timeout, file=file, revision=revision)
 
 
 def _spec_config(speculative: bool | SpecConfig | dict) -> SpecConfig | None:

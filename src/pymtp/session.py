@@ -71,13 +71,14 @@ class Session:
     cache_mb: memory for the caches of conversations other than the live one (default 1024;
     0: only the live one is kept). See pymtp.prompt_cache.
     rpc_servers, tensor_split, mtp_local, rpc_timeout: a model spread over hosts (pymtp.rpc;
-    only when the session loads the model).
+    only when the session loads the model). file, revision: a GGUF of a Hub repository
+    (model "org/repo"; pymtp.hub).
     """
 
     def __init__(self, model: Model | str | os.PathLike | None, *, n_ctx: int | None = None,
                  n_threads: int | None = None, mtp: bool = True, n_gpu_layers: int = -1,
                  cache_mb: int | None = None, rpc_servers=None, tensor_split=None, mtp_local: bool = True,
-                 rpc_timeout: float | None = None) -> None:
+                 rpc_timeout: float | None = None, file: str | None = None, revision: str | None = None) -> None:
         if cache_mb is not None and (not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 0):
             raise ValueError(f"cache_mb must be an int >= 0, got {cache_mb!r}")
         if n_ctx is not None and (not isinstance(n_ctx, int) or isinstance(n_ctx, bool) or n_ctx < 8):
@@ -86,7 +87,7 @@ class Session:
             raise ValueError(f"n_threads must be a positive int, got {n_threads!r}")
         self.owns_model = not isinstance(model, Model)
         if self.owns_model:
-            model = Model(default_model.resolve(model), mtp=mtp, n_gpu_layers=n_gpu_layers, rpc_servers=rpc_servers,
+            model = Model(default_model.resolve(model, file, revision), mtp=mtp, n_gpu_layers=n_gpu_layers, rpc_servers=rpc_servers,
                           tensor_split=tensor_split, mtp_local=mtp_local, rpc_timeout=rpc_timeout)
         elif rpc_servers or tensor_split:
             raise ValueError("rpc_servers and tensor_split apply when the session loads the model (give a path)")
