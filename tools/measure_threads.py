@@ -1,44 +1,66 @@
-"""Decode speed by thread count, to choose the default (run it idle and under load).
+"""Decode speed by thread count, on an idle machine and under background load.
 
-    python tools/measure_threads.py [--model default] [--threads 1,2] [--repeats 5] [--tokens 64]
+    python tools/measure_threads.py [--model default] [--threads 1,2] [--load 0,1,2] [--repeats 3]
 
-Each repeat runs every thread count once (interleaved), a greedy plain and a speculative
-generation of --tokens tokens from the same prompt; medians of tokens/s are printed.
+Background load: that many busy processes (a Python loop each), started before and stopped
+after each measurement. Each cell: the median over repeats of the tokens/s of a 64-token greedy
+generation, plain and speculative, interleaved across thread counts.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import json
+import multiprocessing as mp
 import statistics
 import time
 
 import pymtp
 
 
+def _spin(stop) -> None:
+    while not stop.is_set():
+        pass
+
+
+def run(session, speculative) -> float:
+    pymtp.generate("def fibonacci(n):", session, max_tokens=1)
+    t0 = time.perf_counter()
+    r = pymtp.generate("def fibonacci(n):", session, max_tokens=64, ignore_eos=True, speculative=speculative)
+    return len(r.tokens) / (time.perf_counter() - t0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="default")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--load", default="0,1,2")
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    counts = [int(x) for x in args.threads.split(",")]
-    model = pymtp.Model(pymtp.default_model.resolve(args.model))
-    sessions = {n: pymtp.Session(model, n_threads=n, n_ctx=1024) for n in counts}
-    prompt = "def fibonacci(n):"
-    times: dict = {(n, spec): [] for n in counts for spec in (False, True)}
-    for _ in range(args.repeats):
-        for n, s in sessions.items():
-            for spec in (False, True):
-                pymtp.generate("x", s, max_tokens=1, speculative=spec)      # another prompt: no reuse
-                t0 = time.perf_counter()
-                r = pymtp.generate(prompt, s, max_tokens=args.tokens, ignore_eos=True, speculative=spec)
-                times[n, spec].append(len(r.tokens) / (time.perf_counter() - t0))
-    print(f"cpu_count {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}, {pymtp.system_info()}")
-    for (n, spec), v in times.items():
-        print(f"threads {n} {'speculative' if spec else 'plain      '}: median {statistics.median(v):7.1f} tok/s "
-              f"(min {min(v):.1f}, max {max(v):.1f})")
+    threads = [int(x) for x in args.threads.split(",")]
+    sessions = {t: pymtp.load(args.model, n_threads=t, n_ctx=512) for t in threads}
+    table = {}
+    for load in [int(x) for x in args.load.split(",")]:
+        stop = mp.Event()
+        procs = [mp.Process(target=_spin, args=(stop,), daemon=True) for _ in range(load)]
+        for p in procs:
+            p.start()
+        time.sleep(0.5)
+        try:
+            rows = {(t, s): [] for t in threads for s in ("plain", "mtp")}
+            for _ in range(args.repeats):
+                for t in threads:
+                    rows[(t, "plain")].append(run(sessions[t], False))
+                    rows[(t, "mtp")].append(run(sessions[t], True))
+        finally:
+            stop.set()
+            for p in procs:
+                p.join(5)
+        for (t, s), v in rows.items():
+            table[f"load={load} threads={t} {s}"] = statistics.median(v)
+            print(f"background busy processes {load}: threads {t} {s:5s} {statistics.median(v):8.1f} tok/s "
+                  f"(runs: {', '.join(f'{x:.1f}' for x in v)})", flush=True)
+    print(json.dumps({"system": pymtp.system_info(), "cpu_count": mp.cpu_count(), "tok_s": table}, indent=1))
 
 
 if __name__ == "__main__":
