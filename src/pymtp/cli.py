@@ -116,7 +116,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="GGUF file (default: $PYMTP_MODEL, else the bundled default model)")
     g.add_argument("-c", "--n-ctx", type=int, metavar="N",
                    help="context length (default: the model's training context, bounded by a 2 GiB KV budget)")
-    g.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: llama.cpp's choice)")
+    g.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: $PYMTP_THREADS, else one less than the physical cores)")
     g.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1, metavar="N",
                    help="layers to offload to the GPU (-1 = all, 0 = none; default -1)")
     g.add_argument("--no-mtp", action="store_true", help="do not load the MTP blocks (implies --no-spec)")

@@ -67,7 +67,8 @@ class Session:
     ``pymtp.load`` takes (the session loads it and closes it with itself).
     n_ctx: context length (default: the model's training context, as far as its KV cache fits
     in KV_BUDGET_BYTES, 2 GiB).
-    n_threads: CPU threads for decoding (default: llama.cpp's choice).
+    n_threads: CPU threads for decoding (default: pymtp.model.default_threads(): $PYMTP_THREADS,
+    else one less than the physical cores).
     cache_mb: memory for the caches of conversations other than the live one (default 1024;
     0: only the live one is kept). See pymtp.prompt_cache.
     rpc_servers, tensor_split, mtp_local, rpc_timeout: a model spread over hosts (pymtp.rpc;
