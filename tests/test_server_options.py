@@ -377,10 +377,38 @@ def test_logprobs_of_the_chosen_tokens(served, client):
     lp = c.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == 6 and all(x <= 0 for x in lp.token_logprobs)
     assert lp.text_offset[0] == 0 and lp.text_offset[1] == len(lp.tokens[0])
-    for body in ({"logprobs": True, "top_logprobs": 2},):
+    for body in ({"logprobs": False, "top_logprobs": 2}, {"logprobs": True, "top_logprobs": 21}):
         status, _, err = call(served.url + "/v1/chat/completions",
                               {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **body})
-        assert status == 400, body
+        assert status == 400 and error_of(err)["param"] == "top_logprobs", body
+
+
+def test_top_logprobs(served, client):
+    """The likeliest tokens of each row (greedy: the chosen one first, at its logprob), as
+    pymtp.generate gives them; chat's top_logprobs and completions' logprobs=n."""
+    msgs = [{"role": "user", "content": "hi"}]
+    r = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8, temperature=0, logprobs=True,
+                                       top_logprobs=3, extra_body={"ignore_eos": True})
+    content = r.choices[0].logprobs.content
+    assert len(content) == 8
+    for c in content:
+        assert len(c.top_logprobs) == 3 and c.top_logprobs[0].bytes == c.bytes
+        assert abs(c.top_logprobs[0].logprob - c.logprob) < 1e-5
+        assert c.top_logprobs[0].logprob >= c.top_logprobs[1].logprob >= c.top_logprobs[2].logprob
+    ref = pymtp.generate(served.model.apply_chat_template(msgs), served.model, max_tokens=8, ignore_eos=True,
+                         top_logprobs=3)
+    assert [[bytes(a.bytes) for a in c.top_logprobs] for c in content] == \
+        [[served.model.token_bytes(t) for t, _ in row] for row in ref.top_logprobs]
+    c = client.completions.create(model=MODEL, prompt="def f(x", max_tokens=6, temperature=0, logprobs=2,
+                                  extra_body={"ignore_eos": True})
+    lp = c.choices[0].logprobs
+    assert len(lp.top_logprobs) == 6 and all(len(d) <= 2 for d in lp.top_logprobs)
+    assert all(abs(max(d.values()) - x) < 1e-5 for d, x in zip(lp.top_logprobs, lp.token_logprobs))
+    # streamed: the same alternatives, spread over the chunks
+    chunks = list(client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8, temperature=0, logprobs=True,
+                                                 top_logprobs=3, stream=True, extra_body={"ignore_eos": True}))
+    streamed = [c for ch in chunks for choice in ch.choices if choice.logprobs for c in choice.logprobs.content]
+    assert [[a.token for a in c.top_logprobs] for c in streamed] == [[a.token for a in c.top_logprobs] for c in content]
 
 
 @pytest.mark.parametrize("stop", [None, ["("]])

@@ -171,3 +171,38 @@ def test_logprobs_are_the_targets_with_and_without_speculation(models):
         want = x[plain.tokens[0]] - x.max() - math.log(np.exp(x - x.max()).sum())
     assert abs(plain.logprobs[0] - want) < 1e-4
     assert pymtp.generate(prompt, s, max_tokens=3, speculative=False).logprobs is None
+
+
+def test_top_logprobs_are_the_rows_likeliest_tokens(models):
+    """top_logprobs=n: per token, its row's n likeliest tokens with log p, likeliest first; the
+    same with and without speculation; greedy: the chosen token first, at its logprob; a numpy
+    log-softmax of the first row agrees; sampling (top-k 6): at most 6, summing to 1."""
+    import numpy as np
+
+    from pymtp.model import last_row_only
+    s = models("glm4moe")
+    prompt = s.tokenize("def f(x):\n    return")
+    plain = pymtp.generate(prompt, s, max_tokens=10, speculative=False, ignore_eos=True, top_logprobs=5)
+    spec = pymtp.generate(prompt, s, max_tokens=10, speculative={"n_draft": 3}, ignore_eos=True, top_logprobs=5)
+    assert spec.stats.n_accepted > 0 and spec.tokens == plain.tokens
+    assert len(spec.top_logprobs) == len(spec.tokens) and spec.logprobs is not None
+    for tok, lp, top, ptop in zip(spec.tokens, spec.logprobs, spec.top_logprobs, plain.top_logprobs):
+        assert len(top) == 5 and [t for t, _ in top] == [t for t, _ in ptop]
+        np.testing.assert_allclose([v for _, v in top], [v for _, v in ptop], atol=1e-3)
+        assert top[0][0] == tok and abs(top[0][1] - lp) < 1e-4
+        assert all(a[1] >= b[1] for a, b in zip(top, top[1:]))
+    with pymtp.TargetContext(s.model, n_ctx=64, n_threads=1) as t:
+        t.decode(prompt, 0, output=last_row_only(len(prompt)))
+        x = t.logits()[-1].astype(np.float64)
+    lsm = x - x.max() - np.log(np.exp(x - x.max()).sum())
+    want = np.argsort(-lsm, kind="stable")[:5]
+    assert [t for t, _ in plain.top_logprobs[0]] == list(want)
+    np.testing.assert_allclose([v for _, v in plain.top_logprobs[0]], lsm[want], atol=1e-4)
+    sampled = pymtp.generate(prompt, s, max_tokens=8, temperature=0.8, top_k=6, seed=3, top_logprobs=20,
+                             speculative={"n_draft": 3})
+    for tok, top in zip(sampled.tokens, sampled.top_logprobs):
+        assert 1 <= len(top) <= 6 and tok in [t for t, _ in top]
+        assert abs(sum(np.exp(v) for _, v in top) - 1.0) < 1e-4
+    with pytest.raises(ValueError, match="top_logprobs"):
+        pymtp.generate(prompt, s, max_tokens=2, top_logprobs=21)
+    assert pymtp.generate(prompt, s, max_tokens=2).top_logprobs is None

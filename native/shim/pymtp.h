@@ -282,6 +282,14 @@ int  pymtp_sampler_slot(const pymtp_sampler * s, int32_t slot, int32_t * n,
  * emitted token; out_probs (NULL or k + 1 floats): the target's probability of each token
  * it kept and of the emitted one (greedy: softmax at temperature 1).
  */
+/*
+ * The n (1..20) most probable tokens of one logits row after history, under the sampling
+ * settings (greedy: the softmax at temperature 1 of the row with mask, bias and penalties, as
+ * the verify's out_probs), most probable first, with their natural-log probabilities. Tokens
+ * of probability 0 are left out (*out_n may be less than n; 0 when nothing is allowed).
+ */
+int  pymtp_sampler_top(pymtp_sampler * s, const float * row, const int32_t * history, int32_t n_history,
+                       const uint32_t * mask, int32_t n, int32_t * out_ids, float * out_logprobs, int32_t * out_n);
 int  pymtp_sampler_verify(pymtp_sampler * s, const float * rows, const int32_t * draft, int32_t k,
                           const int32_t * history, int32_t n_history, const uint32_t * masks,
                           const double * u, int32_t * out_n_acc, int32_t * out_token, float * out_probs);

@@ -440,6 +440,42 @@ int pymtp_sampler_row(pymtp_sampler * s, int32_t slot, const float * row, const 
     return ok();
 }
 
+int pymtp_sampler_top(pymtp_sampler * s, const float * row, const int32_t * history, int32_t n_history,
+                      const uint32_t * mask, int32_t n, int32_t * out_ids, float * out_logprobs, int32_t * out_n) {
+    if (!s || !row || !out_ids || !out_logprobs || !out_n || n_history < 0) return fail(PYMTP_ERR_ARG, "bad sampler_top arguments");
+    if (n < 1 || n > 20) return fail(PYMTP_ERR_ARG, "top: n must be in [1, 20], got %d", n);
+    if (int rc = check_tokens(s, history, n_history, "history")) return rc;
+    *out_n = 0;
+    int32_t n_win = 0;
+    const int32_t * win = compose_window(s, history, n_history, nullptr, 0, &n_win);
+    const int32_t V = s->n_vocab;
+    auto & c = s->cand;
+    double lse = 0.0;                            // log of the normalizer of c's values
+    if (greedy(s)) {
+        const float * x = adjusted(s, row, win, n_win, mask);
+        float m;
+        row_argmax(x, V, &m);
+        if (m == NEG_INF) return ok();
+        lse = m + std::log(exp_sum(x, V, m, 1.0f));
+        top_k(s, x, std::min(n, V));
+    } else {
+        dist & d = s->p;                         // the verify's scratch distribution
+        if (transform(s, row, win, n_win, mask, d, nullptr) == NOTHING_ALLOWED) return ok();
+        c.clear();
+        for (int32_t i = 0; i < d.n; ++i) c.emplace_back(d.probs[i] > 0.0f ? std::log(d.probs[i]) : NEG_INF, d.id(i));
+        const int32_t k = std::min<int32_t>(n, (int32_t) c.size());
+        std::partial_sort(c.begin(), c.begin() + k, c.end(), ranks_before);
+        c.resize(k);
+    }
+    std::sort(c.begin(), c.end(), ranks_before);
+    for (const auto & e : c) {
+        if (e.first == NEG_INF) continue;
+        out_ids[*out_n] = e.second;
+        out_logprobs[(*out_n)++] = (float) (e.first - lse);
+    }
+    return ok();
+}
+
 int pymtp_sampler_set_point(pymtp_sampler * s, int32_t slot, int32_t token) {
     if (int rc = check_slot(s, slot)) return rc;
     if (int rc = check_tokens(s, &token, 1, "point mass")) return rc;

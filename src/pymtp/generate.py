@@ -66,9 +66,10 @@ class TextStream:
     def __init__(self, session: Session, prompt: str | Sequence[int], sampling: SamplingConfig,
                  spec: SpecConfig | None, limits: GenerationConfig, *, owns_session: bool = False,
                  constraint: TokenConstraint | None = None, logits_processor: LogitsProcessor | None = None,
-                 logprobs: bool = False) -> None:
+                 logprobs: bool = False, top_logprobs: int = 0) -> None:
         self.session = session
-        self.logprobs = logprobs
+        self.logprobs = logprobs or top_logprobs > 0
+        self.top_logprobs = top_logprobs
         self.constraint = constraint
         self.logits_processor = logits_processor
         self.result: GenerationResult | None = None
@@ -126,7 +127,7 @@ class TextStream:
             session.generation += 1
             my_generation = session.generation
             spec_.start(prompt_tokens, constraint=self.constraint, logits_processor=self.logits_processor,
-                        logprobs=self.logprobs)
+                        logprobs=self.logprobs, top_logprobs=self.top_logprobs)
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         stops = limits.stop
         hold = max((len(s) for s in stops), default=1) - 1
@@ -134,7 +135,8 @@ class TextStream:
         sent = 0           # characters of text already yielded
         out: list[int] = []
         lps: list[float] = []
-        self.tokens, self.token_logprobs = out, lps      # read while streaming (the server's logprobs)
+        tops: list[list[tuple[int, float]]] = []
+        self.tokens, self.token_logprobs, self.token_tops = out, lps, tops   # read while streaming (the server)
         finish = None
         cut = None
         while finish is None:
@@ -154,6 +156,8 @@ class TextStream:
                 out.append(tok)
                 if step.probs is not None:
                     lps.append(math.log(step.probs[j]) if step.probs[j] > 0 else -math.inf)
+                if step.top is not None:
+                    tops.append(step.top[j])
                 text += decoder.decode(session.piece(tok))
                 cut = _find_stop(text, stops, sent) if stops else None
                 if cut is not None:
@@ -174,7 +178,8 @@ class TextStream:
                 yield text[sent:safe]
                 sent = safe
         stats = spec_.stats
-        self.result = GenerationResult(text, out, prompt_tokens, finish, stats, lps if self.logprobs else None)
+        self.result = GenerationResult(text, out, prompt_tokens, finish, stats, lps if self.logprobs else None,
+                                       tops if self.top_logprobs else None)
 
 
 def _find_stop(text: str, stops: tuple[str, ...], sent: int) -> int | None:
@@ -207,7 +212,8 @@ def stream(prompt: str | Sequence[int], model: ModelLike = None, *,
            stop: str | Sequence[str] | None = None, ignore_eos: bool = False,
            speculative: bool | SpecConfig | dict = True, constraint: TokenConstraint | None = None,
            json_schema: dict | str | None = None, grammar: str | None = None,
-           logits_processor: LogitsProcessor | None = None, logprobs: bool = False) -> TextStream:
+           logits_processor: LogitsProcessor | None = None, logprobs: bool = False,
+           top_logprobs: int = 0) -> TextStream:
     """Like generate(), but yields text pieces as they are accepted.
 
     The GenerationResult is on the stream's `.result` once it is exhausted."""
@@ -219,7 +225,7 @@ def stream(prompt: str | Sequence[int], model: ModelLike = None, *,
     try:
         constraint = _constraint(session, constraint, json_schema, grammar)
         return TextStream(session, prompt, sampling, spec, limits, owns_session=made, constraint=constraint,
-                          logits_processor=logits_processor, logprobs=logprobs)
+                          logits_processor=logits_processor, logprobs=logprobs, top_logprobs=top_logprobs)
     except BaseException:
         if made:
             session.close()
@@ -233,7 +239,8 @@ def generate(prompt: str | Sequence[int], model: ModelLike = None, *,
              stop: str | Sequence[str] | None = None, ignore_eos: bool = False,
              speculative: bool | SpecConfig | dict = True, constraint: TokenConstraint | None = None,
              json_schema: dict | str | None = None, grammar: str | None = None,
-             logits_processor: LogitsProcessor | None = None, logprobs: bool = False) -> GenerationResult:
+             logits_processor: LogitsProcessor | None = None, logprobs: bool = False,
+             top_logprobs: int = 0) -> GenerationResult:
     """Generate a continuation of prompt (text or token ids).
 
     model: a Session from pymtp.load() (its contexts are reused), a Model, a GGUF
@@ -251,12 +258,14 @@ def generate(prompt: str | Sequence[int], model: ModelLike = None, *,
     row), for custom rules masks cannot express.
     logprobs: result.logprobs holds log p of each token, p the target's distribution under the
     sampling settings (greedy: the softmax of the logits after penalties, bias and masks).
+    top_logprobs=n (1..20, implies logprobs): result.top_logprobs holds, per token, the n
+    likeliest tokens of its row under the same distribution, as (token, log p), likeliest first.
     """
     s = stream(prompt, model, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                frequency_penalty=frequency_penalty, logit_bias=logit_bias, seed=seed, stop=stop,
                ignore_eos=ignore_eos, speculative=speculative, constraint=constraint, json_schema=json_schema,
-               grammar=grammar, logits_processor=logits_processor, logprobs=logprobs)
+               grammar=grammar, logits_processor=logits_processor, logprobs=logprobs, top_logprobs=top_logprobs)
     # Hold the session for the whole generation: calls from other threads wait their turn.
     # (A paused stream() gives way instead: a generation that starts meanwhile makes it
     # raise PymtpError when resumed, rather than mix two texts in one KV cache.)

@@ -80,6 +80,13 @@ class Sampler:
         self.want_probs = False
         self.last_probs: list[float] | None = None
         self._probs_out = ffi.new("float[]", self.n_slots + 1)
+        # want_top > 0: also the want_top most probable tokens of each emitted token's row, as
+        # last_top (for top_logprobs): [[(token, logprob), ...] per emitted token]
+        self.want_top = 0
+        self.last_top: list[list[tuple[int, float]]] | None = None
+        self._top_ids = ffi.new("int32_t[20]")
+        self._top_lps = ffi.new("float[20]")
+        self._top_n = ffi.new("int32_t[1]")
         self._slot_n = ffi.new("int32_t[1]")
         self._slot_ids = ffi.new("int32_t **")
         self._slot_probs = ffi.new("float **")
@@ -266,18 +273,30 @@ class Sampler:
             u = ffi.from_buffer("double[]", self._u)
         tokens = np.asarray(draft, dtype=np.int32)
         hist, n_hist = self._history(history)
-        masks = ffi.NULL if self.constraint is None else ffi.from_buffer("uint32_t[]", self._verify_masks(draft))
+        mask_rows = None if self.constraint is None else self._verify_masks(draft)
+        masks = ffi.NULL if mask_rows is None else ffi.from_buffer("uint32_t[]", mask_rows)
         check(lib.pymtp_sampler_verify(self._native, ffi.from_buffer("float[]", rows), ffi.from_buffer("int32_t[]", tokens),
                                        k, hist, n_hist, masks, u, self._n_acc, self._tok,
                                        self._probs_out if self.want_probs else ffi.NULL))
         n_acc, new = int(self._n_acc[0]), int(self._tok[0])
         self.last_probs = list(self._probs_out[0:n_acc + 1]) if self.want_probs else None
+        if self.want_top:                 # one native call per emitted token
+            self.last_top = [self._top(rows[i], history, draft[:i], None if mask_rows is None else mask_rows[i])
+                             for i in range(n_acc + 1)]
         if self.constraint is not None:
             # back to the accepted prefix, then the emitted token (allowed: it was chosen under the mask)
             self.constraint.rollback(self._n_tentative - n_acc)
             self._n_tentative = 0
             self.constraint.accept(new)
         return n_acc, new
+
+    def _top(self, row: np.ndarray, history: Sequence[int], extra: Sequence[int],
+             mask: np.ndarray | None) -> list[tuple[int, float]]:
+        hist, n_hist = self._history(history, extra)
+        check(lib.pymtp_sampler_top(self._native, ffi.from_buffer("float[]", row), hist, n_hist,
+                                    ffi.NULL if mask is None else ffi.from_buffer("uint32_t[]", mask),
+                                    self.want_top, self._top_ids, self._top_lps, self._top_n))
+        return [(int(self._top_ids[j]), float(self._top_lps[j])) for j in range(self._top_n[0])]
 
     def _verify_masks(self, draft: Sequence[int]) -> np.ndarray:
         """Masks for verify rows 0..k: the constraint's state before each draft token and after

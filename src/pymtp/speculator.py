@@ -100,12 +100,12 @@ class MTPSpeculator:
 
     def start(self, prompt: list[int], sampling: SamplingConfig | None = None,
               constraint: TokenConstraint | None = None, logits_processor: LogitsProcessor | None = None,
-              logprobs: bool = False) -> None:
+              logprobs: bool = False, top_logprobs: int = 0) -> None:
         """Begin a generation: prefill the prompt, reusing the cached prefix it shares with the
         text in the KV caches (see ``reusable_prefix``); the rest is decoded from there.
         constraint: masks every generated token (pymtp.grammar); logits_processor: changes every
         logits row in Python (see pymtp.sampling); logprobs: each StepResult carries the target's
-        probability of every token it emits."""
+        probability of every token it emits; top_logprobs=n: and the n likeliest tokens of each row."""
         if self.state is State.CLOSED:
             raise UnsupportedError("the speculator is closed")
         if not prompt:
@@ -119,7 +119,10 @@ class MTPSpeculator:
         self.sampler.configure(self.sampling)      # and a fresh RNG from the seed
         self.sampler.constrain(constraint)
         self.sampler.logits_processor = logits_processor
-        self.sampler.want_probs = logprobs
+        if not isinstance(top_logprobs, int) or isinstance(top_logprobs, bool) or not 0 <= top_logprobs <= 20:
+            raise ValueError(f"top_logprobs must be an int in [0, 20], got {top_logprobs!r}")
+        self.sampler.want_probs = logprobs or top_logprobs > 0
+        self.sampler.want_top = top_logprobs
         self.stats = SpecStats(n_prompt=len(prompt), draft_vocab=self.drafter.vocab_size if self.drafter else 0)
         t0 = time.perf_counter()
         keep, why = self._choose_text(prompt)
@@ -313,7 +316,7 @@ class MTPSpeculator:
         if self.drafter:
             self.drafter.accepted(len(draft.tokens), n_acc)
         result = StepResult(draft.tokens, n_acc, emitted, t_draft, t_verify, time.perf_counter() - t0, source,
-                            self.sampler.last_probs)
+                            self.sampler.last_probs, self.sampler.last_top if self.sampler.want_top else None)
         self.stats.record(result)
         self._remember_writes()
         return result

@@ -21,6 +21,7 @@ class StepResult:
     t_total: float
     source: str = ""          # which drafter proposed ("mtp", "lookup"; "" for a plain step)
     probs: list[float] | None = None   # the target's probability of each emitted token (logprobs=True)
+    top: list[list[tuple[int, float]]] | None = None   # the likeliest tokens of each (top_logprobs=n)
 
 
 @dataclass
@@ -101,6 +102,7 @@ class GenerationResult:
     finish_reason: str           # "stop" (end-of-generation token or stop string), "length", "context"
     stats: SpecStats
     logprobs: list[float] | None = None   # log p of each token under the sampling settings (logprobs=True)
+    top_logprobs: list[list[tuple[int, float]]] | None = None   # per token: its row's n likeliest (token, log p)
 
     def __str__(self) -> str:
         return self.text

@@ -22,8 +22,9 @@ server's ``defaults`` say otherwise), not OpenAI's temperature 1. Extensions acc
 in the body: ``top_k``, ``min_p``, ``repetition_penalty``, ``ignore_eos``,
 ``speculative`` (bool), ``n_draft``. ``presence_penalty``, ``frequency_penalty`` and
 ``logit_bias`` are OpenAI's, except that the penalties count the last 64 tokens
-(``repetition_window``), not the whole text; ``logprobs`` gives the chosen tokens' (not
-``top_logprobs``; streamed, each chunk carries the tokens generated since the last one). Unsupported OpenAI features (``echo``, ``suffix``,
+(``repetition_window``), not the whole text; ``logprobs`` / ``top_logprobs`` give the chosen tokens'
+and each row's likeliest (streamed, each chunk carries the tokens generated since the last
+one). Unsupported OpenAI features (``echo``, ``suffix``,
 ``n`` > 16) are refused with HTTP 400. ``response_format`` (json_object,
 json_schema) and ``tools`` / ``tool_choice`` (the GGUF's Jinja template, calls parsed into
 ``tool_calls``; a forced call constrains the output) need ``pip install 'pymtp-llm[agents]'``.

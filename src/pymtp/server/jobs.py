@@ -113,12 +113,21 @@ class JobMaker:
 
     def job(self, req: CommonRequest, prompt: Callable[[], list[int]], extra_stop: tuple[str, ...] = ()) -> Job:
         """The Job of req (shared fields) with prompt; extra_stop is added to the request's stops."""
-        # logprobs of the chosen tokens (chat: true; completions: 0 or more, whose alternatives we lack)
+        # logprobs of the chosen tokens (chat: true; completions: an int), and how many alternatives
+        # each (chat: top_logprobs with logprobs true; completions: that int)
         want_logprobs = req.logprobs is not None and req.logprobs is not False
-        if req.top_logprobs or (isinstance(req.logprobs, int) and not isinstance(req.logprobs, bool)
-                                and req.logprobs > 0):
-            raise bad_request("top_logprobs (alternatives to the chosen tokens) are not supported; "
-                              "logprobs of the chosen tokens are", "top_logprobs")
+        if isinstance(req.logprobs, bool):
+            top = req.top_logprobs or 0
+            if top and not req.logprobs:
+                raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
+        else:
+            top = req.logprobs or 0
+            if req.top_logprobs:
+                raise bad_request("top_logprobs is a chat completions parameter; completions take logprobs=n",
+                                  "top_logprobs")
+        if not 0 <= top <= 20:
+            raise bad_request(f"top_logprobs must be in [0, 20], got {top}",
+                              "top_logprobs" if isinstance(req.logprobs, bool) else "logprobs")
         bias = {}
         for key, value in (req.logit_bias or {}).items():
             try:
@@ -158,7 +167,7 @@ class JobMaker:
                 spec = SpecConfig(n_draft=n_draft) if n_draft is not None else SpecConfig()
         except ValidationError as e:
             raise validation_error(e.errors()) from None
-        return Job(prompt, sampling, spec, limits, logprobs=want_logprobs)
+        return Job(prompt, sampling, spec, limits, logprobs=want_logprobs, top_logprobs=top)
 
     def completion_prompt(self, req: CompletionRequest) -> Callable[[], list[int]]:
         """The prompt's tokens, made later (in the worker): one text, or one list of token ids."""

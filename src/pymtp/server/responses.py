@@ -98,11 +98,12 @@ class Reply:
         return []
 
     def logprobs(self, result: GenerationResult) -> dict[str, Any]:
-        """The logprobs object of a choice (the chosen tokens only)."""
-        return self.token_logprobs(result.tokens, result.logprobs)
+        """The logprobs object of a choice."""
+        return self.token_logprobs(result.tokens, result.logprobs, result.top_logprobs)
 
-    def token_logprobs(self, tokens: list[int], logprobs: list[float]) -> dict[str, Any]:
-        """The logprobs object of these tokens (a whole choice, or a stream chunk's)."""
+    def token_logprobs(self, tokens: list[int], logprobs: list[float], tops: list | None) -> dict[str, Any]:
+        """The logprobs object of these tokens (a whole choice, or a stream chunk's); tops: each
+        one's likeliest (token, logprob) pairs, or None."""
         raise NotImplementedError
 
     #: the text is sent whole at the end (a reply that may be a tool call is parsed first)
@@ -129,11 +130,12 @@ class Reply:
         return out
 
     def chunk(self, index: int, text: str | None, finish: str | None = None, logprobs=None) -> dict[str, Any]:
-        """A stream chunk; logprobs: [(token, logprob), ...] of the tokens it carries."""
+        """A stream chunk; logprobs: [(token, logprob, tops or None), ...] of the tokens it carries."""
         out = self.envelope(self.chunk_object, [self.chunk_choice(index, text, finish)])
         if logprobs:
-            tokens, lps = zip(*logprobs)
-            out["choices"][0]["logprobs"] = self.token_logprobs(list(tokens), list(lps))
+            tokens, lps, tops = zip(*logprobs)
+            out["choices"][0]["logprobs"] = self.token_logprobs(list(tokens), list(lps),
+                                                                None if tops[0] is None else list(tops))
             self._sent_logprobs[index] = self._sent_logprobs.get(index, 0) + len(tokens)
         return out
 
@@ -174,7 +176,8 @@ class Reply:
                         if value.logprobs is not None and not self.holds_text:
                             # tokens after the last piece (a stop string's, an end token's)
                             sent = self._sent_logprobs.get(index, 0)
-                            rest = list(zip(value.tokens[sent:], value.logprobs[sent:]))
+                            tops = value.top_logprobs[sent:] if value.top_logprobs else [None] * len(value.tokens)
+                            rest = list(zip(value.tokens[sent:], value.logprobs[sent:], tops))
                             if rest:
                                 yield sse(self.chunk(index, "", logprobs=rest))
                         yield sse(self.closing(index, value))
@@ -211,10 +214,13 @@ class CompletionReply(Reply):
     def chunk_choice(self, index: int, text: str | None, finish: str | None) -> dict[str, Any]:
         return self.choice(index, text or "", finish)
 
-    def token_logprobs(self, tokens: list[int], logprobs: list[float]) -> dict[str, Any]:
+    def token_logprobs(self, tokens: list[int], logprobs: list[float], tops: list | None) -> dict[str, Any]:
         texts = [self.piece(t).decode("utf-8", "replace") for t in tokens]
         offsets = [sum(len(t) for t in texts[:i]) for i in range(len(texts))]
-        return {"tokens": texts, "token_logprobs": logprobs, "top_logprobs": None, "text_offset": offsets}
+        # (tokens whose text is the same share a key: the likeliest one's value is kept)
+        top = None if tops is None else [{self.piece(t).decode("utf-8", "replace"): v for t, v in reversed(row)}
+                                         for row in tops]
+        return {"tokens": texts, "token_logprobs": logprobs, "top_logprobs": top, "text_offset": offsets}
 
 
 class ChatReply(Reply):
@@ -243,16 +249,21 @@ class ChatReply(Reply):
         message = self._parsed(text).message() if self.tools is not None else {"role": "assistant", "content": text}
         return {"index": index, "message": message, "logprobs": None, "finish_reason": finish}
 
-    def token_logprobs(self, tokens: list[int], logprobs: list[float]) -> dict[str, Any]:
-        content = [{"token": p.decode("utf-8", "replace"), "logprob": lp, "bytes": list(p), "top_logprobs": []}
-                   for p, lp in zip((self.piece(t) for t in tokens), logprobs)]
+    def token_logprobs(self, tokens: list[int], logprobs: list[float], tops: list | None) -> dict[str, Any]:
+        def entry(token: int, lp: float) -> dict[str, Any]:
+            p = self.piece(token)
+            return {"token": p.decode("utf-8", "replace"), "logprob": lp, "bytes": list(p)}
+        content = [{**entry(t, lp), "top_logprobs": [entry(a, v) for a, v in (tops[i] if tops else [])]}
+                   for i, (t, lp) in enumerate(zip(tokens, logprobs))]
         return {"content": content, "refusal": None}
 
     def held(self, index: int, result: GenerationResult) -> list[dict[str, Any]]:
         if self.tools is None:
             return []
         parsed = self._parsed(result.text)
-        lps = list(zip(result.tokens, result.logprobs)) if result.logprobs is not None else None
+        lps = None
+        if result.logprobs is not None:
+            lps = list(zip(result.tokens, result.logprobs, result.top_logprobs or [None] * len(result.tokens)))
         c = self.chunk(index, parsed.content or "", logprobs=lps)
         if parsed.tool_calls:
             c["choices"][0]["delta"]["tool_calls"] = [{"index": i, **call} for i, call in enumerate(parsed.tool_calls)]

@@ -35,6 +35,7 @@ class Job:
     limits: GenerationConfig
     constraint: Callable[[], object] | None = None    # a fresh TokenConstraint per generation
     logprobs: bool = False                            # the chosen tokens' log probabilities
+    top_logprobs: int = 0                             # and the likeliest tokens of each row
 
     @property
     def speculative(self) -> bool:
@@ -83,14 +84,16 @@ class Runner:
             s, end = None, None
             try:
                 s = TextStream(self.session, job.prompt(), job.sampling, job.spec, job.limits,
-                               constraint=job.constraint() if job.constraint else None, logprobs=job.logprobs)
+                               constraint=job.constraint() if job.constraint else None, logprobs=job.logprobs,
+                               top_logprobs=job.top_logprobs)
                 reported = 0                  # tokens whose logprobs went out with earlier pieces
                 for piece in s:
                     if cancel.is_set():
                         break
                     if job.logprobs and len(s.token_logprobs) > reported:
                         n = len(s.token_logprobs)
-                        put(("logprobs", list(zip(s.tokens[reported:n], s.token_logprobs[reported:n]))))
+                        tops = s.token_tops[reported:n] if job.top_logprobs else [None] * (n - reported)
+                        put(("logprobs", list(zip(s.tokens[reported:n], s.token_logprobs[reported:n], tops))))
                         reported = n
                     put(("piece", piece))
                 else:
