@@ -110,6 +110,8 @@ class MTPSpeculator:
             raise UnsupportedError("the speculator is closed")
         if not prompt:
             raise ValueError("the prompt is empty: give at least one token")
+        if not isinstance(top_logprobs, int) or isinstance(top_logprobs, bool) or not 0 <= top_logprobs <= 20:
+            raise ValueError(f"top_logprobs must be an int in [0, 20], got {top_logprobs!r}")
         if len(prompt) >= self.target.n_ctx:
             raise ValueError(f"the prompt ({len(prompt)} tokens) does not fit the context "
                              f"(n_ctx={self.target.n_ctx}); leave room for at least one new token")
@@ -119,8 +121,6 @@ class MTPSpeculator:
         self.sampler.configure(self.sampling)      # and a fresh RNG from the seed
         self.sampler.constrain(constraint)
         self.sampler.logits_processor = logits_processor
-        if not isinstance(top_logprobs, int) or isinstance(top_logprobs, bool) or not 0 <= top_logprobs <= 20:
-            raise ValueError(f"top_logprobs must be an int in [0, 20], got {top_logprobs!r}")
         self.sampler.want_probs = logprobs or top_logprobs > 0
         self.sampler.want_top = top_logprobs
         self.stats = SpecStats(n_prompt=len(prompt), draft_vocab=self.drafter.vocab_size if self.drafter else 0)
