@@ -1,0 +1,126 @@
+"""Aggregate tokens/s at 1, 2, 4 and 8 concurrent streams: pymtp's server against llama.cpp's
+llama-server (--parallel 4 --spec-type draft-mtp) on the same GGUF, in the same run.
+
+    python tools/measure_streams.py [--model default] [--streams 1,2,4,8] [--tokens 64]
+                                    [--repeats 3] [--threads 2] [--llama-server PATH]
+
+Each stream asks for a greedy completion of --tokens tokens (end of text ignored) of its own
+prompt; a round starts all streams at once and ends when the last one finishes: aggregate
+tokens/s = tokens / wall time. The servers take turns (both idle while the other runs), and
+the medians over repeats are reported with each server's acceptance of drafted tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pymtp
+
+PROMPTS = ["def fibonacci(n):", "The history of the printing press", "import json\n\ndef load(path):",
+           "class Stack:\n    def push(self, x):", "Once upon a time", "SELECT name FROM users WHERE",
+           "def quicksort(xs):", "The three laws of motion are"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_up(url: str, proc: subprocess.Popen) -> None:
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"{url} did not come up")
+
+
+def post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())
+
+
+def pymtp_call(port: int, prompt: str, n: int) -> tuple[int, int, int]:
+    r = post(f"http://127.0.0.1:{port}/v1/completions",
+             {"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True})
+    ext = r["pymtp"]
+    return r["usage"]["completion_tokens"], ext["n_drafted"], ext["n_accepted"]
+
+
+def llama_call(port: int, prompt: str, n: int) -> tuple[int, int, int]:
+    r = post(f"http://127.0.0.1:{port}/completion",
+             {"prompt": prompt, "n_predict": n, "temperature": 0, "ignore_eos": True, "cache_prompt": False})
+    t = r.get("timings", {})
+    return r.get("tokens_predicted", t.get("predicted_n", 0)), t.get("draft_n", 0), t.get("draft_n_accepted", 0)
+
+
+def round_(call, port: int, n_streams: int, tokens: int) -> tuple[float, float]:
+    """(aggregate tokens/s, acceptance) of one round of n_streams concurrent completions."""
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(n_streams)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(n_streams) as ex:
+        out = list(ex.map(lambda p: call(port, p, tokens), prompts))
+    dt = time.perf_counter() - t0
+    toks, drafted, accepted = (sum(x[i] for x in out) for i in range(3))
+    return toks / dt, (accepted / drafted if drafted else 0.0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--streams", default="1,2,4,8")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--llama-server", metavar="PATH")
+    args = ap.parse_args()
+    path = str(pymtp.load(args.model, n_ctx=512).model.path)
+    if not args.llama_server:
+        from pymtp.bench.llama_build import ensure_llama_tools
+        args.llama_server = ensure_llama_tools(tools=("llama-server",))["bins"]["llama-server"]
+    p_port, l_port = free_port(), free_port()
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "pymtp", "serve", "-m", path, "--port", str(p_port), "-c", "4096",
+                          "--threads", str(args.threads), "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        subprocess.Popen([args.llama_server, "-m", path, "--port", str(l_port), "-c", "4096", "--parallel", "4",
+                          "--spec-type", "draft-mtp", "-t", str(args.threads), "-tb", str(args.threads)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+    ]
+    try:
+        wait_up(f"http://127.0.0.1:{p_port}/health", procs[0])
+        wait_up(f"http://127.0.0.1:{l_port}/health", procs[1])
+        for call, port in ((pymtp_call, p_port), (llama_call, l_port)):   # warm up
+            round_(call, port, 1, 8)
+        rows = {}
+        for _ in range(args.repeats):
+            for n in [int(x) for x in args.streams.split(",")]:
+                for name, call, port in (("pymtp", pymtp_call, p_port), ("llama-server", llama_call, l_port)):
+                    rows.setdefault((name, n), []).append(round_(call, port, n, args.tokens))
+        table = {}
+        for (name, n), v in sorted(rows.items()):
+            tps, acc = statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)
+            table[f"{name} {n}"] = {"tokens_per_s": tps, "acceptance": acc}
+            print(f"{name:12s} {n} streams: {tps:7.1f} tok/s aggregate, acceptance {acc:.2f} "
+                  f"(runs: {', '.join(f'{x[0]:.1f}' for x in v)})", flush=True)
+        print(json.dumps({"model": path, "system": pymtp.system_info(), "tokens": args.tokens, "table": table}, indent=1))
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+
+
+if __name__ == "__main__":
+    main()
