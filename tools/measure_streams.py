@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,16 +22,11 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pymtp
+from pymtp.testing.hosts import free_port
 
 PROMPTS = ["def fibonacci(n):", "The history of the printing press", "import json\n\ndef load(path):",
            "class Stack:\n    def push(self, x):", "Once upon a time", "SELECT name FROM users WHERE",
            "def quicksort(xs):", "The three laws of motion are"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_up(url: str, proc: subprocess.Popen) -> None:

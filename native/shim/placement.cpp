@@ -5,7 +5,6 @@
 
 #include "ggml-backend.h"
 
-#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>

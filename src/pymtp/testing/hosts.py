@@ -38,18 +38,6 @@ def netns_unavailable() -> str:
     return ""
 
 
-def netem_unavailable() -> str:
-    """Why tc netem cannot add latency here ("" when it can)."""
-    if not shutil.which("tc"):
-        return "the tc tool is not installed"
-    r = subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "0ms"],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        return f"tc netem: {r.stderr.strip() or r.returncode} (the kernel lacks sch_netem)"
-    subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
-    return ""
-
-
 def _free_subnet() -> int:
     """A third octet x for which nothing here has an address in 10.233.x.0/24."""
     out = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
@@ -238,7 +226,7 @@ class RPCServer:
         """Whether it listens (a namespace's address is reached through its veth pair)."""
         try:
             with socket.create_connection((self.host, self.port), timeout=0.5):
-                return False if self.proc.poll() is not None else True
+                return self.proc.poll() is None
         except OSError:
             return False
 

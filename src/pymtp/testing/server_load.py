@@ -26,7 +26,6 @@ import http.client
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,8 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
+
+from .hosts import free_port
 
 __all__ = ["Case", "Load", "Report", "Server", "rss_bytes", "start_server"]
 
@@ -261,12 +262,6 @@ def rss_bytes(pid: int) -> int:
         pass
     import psutil  # not Linux: needs psutil
     return psutil.Process(pid).memory_info().rss
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
