@@ -55,9 +55,9 @@ struct pymtp_ctx {
     int32_t last_tokens = 0, last_outputs = 0;
     int32_t last_batch = 0;        // tokens of the last successful decode (kept across seq_rm)
     std::vector<float> own_row;    // the head's hidden row fed back by pymtp_draft_greedy
-    std::vector<uint8_t> checkpoint;
-    size_t checkpoint_size = 0;
-    int32_t checkpoint_seq = -1;
+    // pymtp_checkpoint_save's copy of each sequence's recurrent state (size 0: none saved)
+    std::vector<std::vector<uint8_t>> checkpoint;
+    std::vector<size_t> checkpoint_size;
     draft_capture * capture = nullptr;    // draft contexts: the head's hidden row, when trimmed
     draft_vocab * vocab = nullptr;        // draft contexts: the trimmed vocabulary, or none
     const float * trim_row = nullptr;     // the last decode's logits row under the trimmed vocabulary
@@ -456,6 +456,9 @@ static llama_context_params to_llama(const pymtp_ctx_params * p) {
     cp.n_batch = p->n_batch;
     cp.n_ubatch = p->n_ubatch ? p->n_ubatch : p->n_batch;
     cp.n_seq_max = p->n_seq_max;
+    // Several sequences share one pool of n_ctx cells (each may grow to n_ctx positions),
+    // and llama.cpp keeps a multi-sequence batch in order inside a ubatch.
+    cp.kv_unified = p->n_seq_max > 1;
     cp.n_rs_seq = p->n_rs_seq;
     cp.no_perf = true;
     // llama.cpp's default is a fixed 4 threads: on fewer cores they spin against each other
@@ -476,6 +479,8 @@ static pymtp_ctx * wrap(llama_context * lctx, pymtp_model * m) {
     c->n_vocab = llama_vocab_n_tokens(m->vocab);
     c->n_embd = llama_model_n_embd_out(m->model);
     c->batch = llama_batch_ext_init(lctx);
+    c->checkpoint.resize(c->n_seq_max);
+    c->checkpoint_size.assign(c->n_seq_max, 0);
     m->n_contexts++;
     track(c);
     return c;
@@ -723,6 +728,76 @@ int pymtp_decode(pymtp_ctx * c, const int32_t * tokens, int32_t n_tokens, int32_
     GUARD_END_MODEL(c->model)
 }
 
+int pymtp_decode_rows(pymtp_ctx * c, const int32_t * tokens, const int32_t * pos, const int32_t * seq_ids,
+                      int32_t n_tokens, const uint8_t * output, const float * hidden) {
+    CHECK_CTX(c);
+    if (!tokens || !pos || !seq_ids) return fail(PYMTP_ERR_ARG, "tokens, pos and seq_ids must not be NULL");
+    if (c->model->failed) {
+        return fail(PYMTP_ERR_DECODE, "an RPC server of this model failed earlier: close the model and load it again");
+    }
+    if (n_tokens < 1 || (uint32_t) n_tokens > c->n_batch) {
+        return fail(PYMTP_ERR_ARG, "batch of %d tokens: must be in [1, n_batch=%u]", n_tokens, c->n_batch);
+    }
+    if (c->vocab) return fail(PYMTP_ERR_UNSUPPORTED, "a trimmed draft vocabulary decodes one sequence at a time");
+    if (c->is_draft != (hidden != nullptr)) {
+        return fail(PYMTP_ERR_ARG, c->is_draft ? "a draft decode pairs every token with a target hidden row: hidden rows missing"
+                                               : "hidden rows are inputs of draft contexts only");
+    }
+    if (int rc = check_tokens(c->model, tokens, n_tokens)) return rc;
+    GUARD_BEGIN
+    // Each sequence's rows continue where it ends, in order (n_seq_max <= 64).
+    llama_pos next[64];
+    for (uint32_t s = 0; s < c->n_seq_max; ++s) next[s] = -2;     // -2: not seen in this batch yet
+    llama_memory_t mem = llama_get_memory(c->ctx);
+    for (int32_t i = 0; i < n_tokens; ++i) {
+        const int32_t s = seq_ids[i];
+        if (s < 0 || (uint32_t) s >= c->n_seq_max) {
+            return fail(PYMTP_ERR_ARG, "row %d: seq_id %d out of range [0, %u)", i, s, c->n_seq_max);
+        }
+        if (pos[i] < 0 || (uint32_t) pos[i] >= c->n_ctx) {
+            return fail(PYMTP_ERR_ARG, "row %d: position %d outside the context (n_ctx=%u)", i, pos[i], c->n_ctx);
+        }
+        if (next[s] == -2 && !c->shares_memory) {
+            const llama_pos pmax = llama_memory_seq_pos_max(mem, s);
+            next[s] = pmax >= 0 ? pmax + 1 : -1;                   // -1: an empty sequence starts anywhere
+        }
+        if (next[s] >= 0 && pos[i] != next[s]) {
+            return fail(PYMTP_ERR_ARG, "row %d: position %d does not continue sequence %d (next is %d)", i, pos[i], s, next[s]);
+        }
+        next[s] = pos[i] + 1;
+    }
+    llama_batch_ext * b = c->batch;
+    llama_batch_ext_clear(b);
+    int32_t n_out = 0;
+    for (int32_t i = 0; i < n_tokens; ++i) {
+        const int32_t idx = llama_batch_ext_add_token(b, seq_ids[i], tokens[i]);
+        if (idx < 0) return fail(PYMTP_ERR_ARG, "llama.cpp refused batch row %d (code %d)", i, idx);
+        llama_batch_ext_set_pos(b, idx, &pos[i]);
+        const bool want = output ? output[i] != 0 : true;
+        llama_batch_ext_set_output_logits(b, idx, want);
+        n_out += want;
+        if (c->is_draft) {
+            llama_batch_ext_set_embd_token(b, idx, llama_embd{hidden + (size_t) i * c->n_embd, 1, (size_t) c->n_embd});
+        }
+    }
+    c->last_tokens = 0;
+    c->last_outputs = 0;
+    const int32_t rc = llama_process(c->ctx, LLAMA_PROCESS_TYPE_DECODE, b);
+    if (rc != 0) {
+        const char * why = rc == 1 ? "no KV cache slot for the batch (context full)"
+                         : rc == 2 ? "aborted"
+                         : rc == -1 ? "invalid batch"
+                         : "fatal error (the sequences may hold part of the batch)";
+        return fail(PYMTP_ERR_DECODE, "decode failed: %s (code %d)", why, rc);
+    }
+    c->last_tokens = n_tokens;
+    c->last_outputs = n_out;
+    c->last_batch = n_tokens;
+    ok();
+    return PYMTP_OK;
+    GUARD_END_MODEL(c->model)
+}
+
 int pymtp_logits(pymtp_ctx * c, float ** out, int32_t * n_rows) {
     CHECK_CTX(c);
     if (!out || !n_rows) return fail(PYMTP_ERR_ARG, "out and n_rows must not be NULL");
@@ -781,8 +856,8 @@ int pymtp_rows_argmax(const float * rows, int32_t n_rows, int32_t n_cols, int32_
     return PYMTP_OK;
 }
 
-int pymtp_draft_greedy(pymtp_ctx * c, int32_t pos, int32_t n_max, float p_min, int32_t * out_tokens,
-                       float * out_probs) {
+int pymtp_draft_greedy(pymtp_ctx * c, int32_t seq_id, int32_t pos, int32_t n_max, float p_min,
+                       int32_t * out_tokens, float * out_probs) {
     CHECK_CTX(c);
     if (!c->is_draft) return fail(PYMTP_ERR_ARG, "greedy drafting runs on a draft context");
     if (!out_tokens || !out_probs || n_max < 1 || n_max > 64) return fail(PYMTP_ERR_ARG, "bad draft_greedy arguments");
@@ -805,7 +880,7 @@ int pymtp_draft_greedy(pymtp_ctx * c, int32_t pos, int32_t n_max, float p_min, i
         // Copy: the next decode rewrites the buffer the row lives in.
         h += (size_t) (n_rows - 1) * c->n_embd;
         c->own_row.assign(h, h + c->n_embd);
-        if (int rc = pymtp_decode(c, &tok, 1, pos + n - 1, 0, nullptr, c->own_row.data(), nullptr)) return rc;
+        if (int rc = pymtp_decode(c, &tok, 1, pos + n - 1, seq_id, nullptr, c->own_row.data(), nullptr)) return rc;
     }
     ok();
     return n;
@@ -884,11 +959,12 @@ int pymtp_checkpoint_save(pymtp_ctx * c, int32_t seq_id) {
     GUARD_BEGIN
     const auto flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
     const size_t need = llama_state_seq_get_size_ext(c->ctx, seq_id, flags);
-    if (need > c->checkpoint.size()) c->checkpoint.resize(need);
-    const size_t n = llama_state_seq_get_data_ext(c->ctx, c->checkpoint.data(), c->checkpoint.size(), seq_id, flags);
+    auto & buf = c->checkpoint[seq_id];
+    if (need > buf.size()) buf.resize(need);
+    c->checkpoint_size[seq_id] = 0;
+    const size_t n = llama_state_seq_get_data_ext(c->ctx, buf.data(), buf.size(), seq_id, flags);
     if (n == 0 && need != 0) return fail(PYMTP_ERR_DECODE, "could not save the state of sequence %d", seq_id);
-    c->checkpoint_size = n;
-    c->checkpoint_seq = seq_id;
+    c->checkpoint_size[seq_id] = n ? n : SIZE_MAX;     // SIZE_MAX: an empty state was saved
     ok();
     return PYMTP_OK;
     GUARD_END
@@ -897,11 +973,12 @@ int pymtp_checkpoint_save(pymtp_ctx * c, int32_t seq_id) {
 int pymtp_checkpoint_restore(pymtp_ctx * c, int32_t seq_id) {
     CHECK_CTX(c);
     if (int rc = check_seq(c, seq_id)) return rc;
-    if (c->checkpoint_seq != seq_id) return fail(PYMTP_ERR_ARG, "no checkpoint saved for sequence %d", seq_id);
+    if (c->checkpoint_size[seq_id] == 0) return fail(PYMTP_ERR_ARG, "no checkpoint saved for sequence %d", seq_id);
     GUARD_BEGIN
-    const size_t n = llama_state_seq_set_data_ext(c->ctx, c->checkpoint.data(), c->checkpoint_size, seq_id,
+    const size_t size = c->checkpoint_size[seq_id] == SIZE_MAX ? 0 : c->checkpoint_size[seq_id];
+    const size_t n = llama_state_seq_set_data_ext(c->ctx, c->checkpoint[seq_id].data(), size, seq_id,
                                                   LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
-    if (n == 0 && c->checkpoint_size != 0) return fail(PYMTP_ERR_DECODE, "could not restore the state of sequence %d", seq_id);
+    if (n == 0 && size != 0) return fail(PYMTP_ERR_DECODE, "could not restore the state of sequence %d", seq_id);
     c->last_tokens = c->last_outputs = 0;
     c->last_batch = INT32_MAX;             // the restored state stands before every later position
     ok();

@@ -195,6 +195,18 @@ int  pymtp_decode(pymtp_ctx * ctx, const int32_t * tokens, int32_t n_tokens, int
                   int32_t seq_id, const uint8_t * output,
                   const float * hidden_first, const float * hidden_rest);
 
+/*
+ * Decode rows of several sequences in one batch: row i is token tokens[i] of sequence
+ * seq_ids[i] at position pos[i]. Each sequence's rows must continue where it ends, in
+ * order (the rows of different sequences may interleave). A context with several
+ * sequences (n_seq_max > 1) shares its n_ctx cells between them.
+ * output: as for pymtp_decode. hidden (draft contexts only, required there): one target
+ * hidden row per row, n_tokens x n_embd floats (row i pairs with token i; see above).
+ * Logits and hidden rows come back in batch order. Not with a trimmed draft vocabulary.
+ */
+int  pymtp_decode_rows(pymtp_ctx * ctx, const int32_t * tokens, const int32_t * pos, const int32_t * seq_ids,
+                       int32_t n_tokens, const uint8_t * output, const float * hidden);
+
 /* Logits of the rows asked for in the last decode, in batch order:
  * *n_rows x n_vocab floats. Valid until the next decode on ctx. */
 int  pymtp_logits(pymtp_ctx * ctx, float ** out, int32_t * n_rows);
@@ -217,7 +229,7 @@ int  pymtp_rows_argmax(const float * rows, int32_t n_rows, int32_t n_cols,
  * call only applies them. Writes the tokens and their probabilities; returns how
  * many were drafted. The caller removes positions >= pos from the draft KV
  * afterwards (they hold the head's rows, not the target's). */
-int  pymtp_draft_greedy(pymtp_ctx * draft, int32_t pos, int32_t n_max, float p_min,
+int  pymtp_draft_greedy(pymtp_ctx * draft, int32_t seq_id, int32_t pos, int32_t n_max, float p_min,
                         int32_t * out_tokens, float * out_probs);
 
 /* ---- sampling and verification (sampler.cpp) -----------------------------------

@@ -413,6 +413,36 @@ class _Context:
         with self.lock:
             check(lib.pymtp_ctx_set_threads(self._handle(), n_threads, n_threads_batch or n_threads))
 
+    def decode_rows(self, tokens, pos, seq_ids, *, output=None, hidden: np.ndarray | None = None) -> None:
+        """Decode rows of several sequences in one batch: row i is tokens[i] of sequence
+        seq_ids[i] at position pos[i] (each sequence continuing where it ends, in order).
+        output: per-row logits flags (None = all); hidden (draft contexts): one target hidden
+        row per row, float32 (n_rows, n_embd). Logits and hidden rows come back in batch order."""
+        arr = _as_tokens(tokens)
+        pos_arr = np.ascontiguousarray(pos, dtype=np.int32)
+        seq_arr = np.ascontiguousarray(seq_ids, dtype=np.int32)
+        if pos_arr.shape != arr.shape or seq_arr.shape != arr.shape:
+            raise ValueError(f"tokens, pos and seq_ids must have the same length: {arr.shape}, {pos_arr.shape}, "
+                             f"{seq_arr.shape}")
+        out_ptr = ffi.NULL
+        if output is not None:
+            flags = np.ascontiguousarray(output, dtype=np.uint8)
+            if flags.shape != arr.shape:
+                raise ValueError(f"output flags must match the tokens: {flags.shape} vs {arr.shape}")
+            out_ptr = ffi.from_buffer("uint8_t[]", flags)
+        rows = ffi.NULL
+        if hidden is not None:
+            if not isinstance(hidden, np.ndarray) or hidden.dtype != _F32 or not hidden.flags.c_contiguous:
+                raise ValueError("hidden rows must be a C-contiguous float32 numpy array")
+            if hidden.size != arr.size * self.n_embd:
+                raise ValueError(f"hidden rows: need {arr.size} x {self.n_embd} floats, got {hidden.size}")
+            rows = ffi.cast("const float *", ffi.from_buffer(hidden))
+        with self.lock:
+            self.n_writes += 1
+            check(lib.pymtp_decode_rows(self._handle(), ffi.from_buffer("int32_t[]", arr),
+                                        ffi.from_buffer("int32_t[]", pos_arr), ffi.from_buffer("int32_t[]", seq_arr),
+                                        len(arr), out_ptr, rows))
+
     def _decode(self, tokens, pos0: int, seq_id: int, output, first, rest) -> None:
         arr = _as_tokens(tokens)
         if output is None:
@@ -464,7 +494,8 @@ class DraftContext(_Context):
 
     is_draft = True
 
-    def __init__(self, target: TargetContext, *, n_batch: int | None = None, n_threads: int | None = None) -> None:
+    def __init__(self, target: TargetContext, *, n_batch: int | None = None, n_threads: int | None = None,
+                 n_seq_max: int = 1) -> None:
         model = target.model
         super().__init__(model)
         if not model.mtp_loaded:
@@ -472,7 +503,7 @@ class DraftContext(_Context):
                 f"{model.path.name} has no MTP blocks loaded ({model.architecture}, n_mtp_layers="
                 f"{model.n_mtp_layers}): it cannot draft. Run it with speculative=False."
             )
-        p = self._params(target.n_ctx, n_batch or target.n_batch, 0, n_threads, 1)
+        p = self._params(target.n_ctx, n_batch or target.n_batch, 0, n_threads, n_seq_max)
         with self.lock:
             self._h = _new_handle("pymtp_ctx **", lib.pymtp_draft_create, target._handle(), p)
             self._init_info()
@@ -497,13 +528,13 @@ class DraftContext(_Context):
             raise ValueError(f"hidden rows: need {n_rows} x {self.n_embd} floats, got {rows.size}")
         return ffi.cast("const float *", ffi.from_buffer(rows))
 
-    def draft_greedy(self, pos: int, n_max: int, p_min: float, out_ids, out_probs) -> int:
+    def draft_greedy(self, pos: int, n_max: int, p_min: float, out_ids, out_probs, *, seq_id: int = 0) -> int:
         """The head's greedy recursion from position pos in one native call (argmax, its own
         hidden row, the next decode), stopping at n_max tokens or below the caller's p_min;
         writes tokens and top probabilities into the cffi arrays given, returns how many."""
         with self.lock:
             self.n_writes += 1
-            return check(lib.pymtp_draft_greedy(self._handle(), pos, n_max, p_min, out_ids, out_probs))
+            return check(lib.pymtp_draft_greedy(self._handle(), seq_id, pos, n_max, p_min, out_ids, out_probs))
 
     def set_vocab(self, token_ids) -> None:
         """Score only these tokens from now on (a trimmed draft vocabulary; an empty list: all).
