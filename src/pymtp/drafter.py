@@ -253,9 +253,7 @@ class MTPDrafter(Drafter):
                 if head > 0:
                     self.ctx.seq_rm(self._kv_end)
             self.ctx.decode(self._feed, self._kv_end, self._rows[0], self._rows[1:n], output=out)
-        self._kv_end += n
-        self._rows[0] = self._rows[n]
-        self._feed.clear()
+        self.queue_fed()
 
     # ---- drafting ----------------------------------------------------------------------
 
@@ -273,11 +271,10 @@ class MTPDrafter(Drafter):
             # among them, keep every row of h_nextn), so last_token is decoded on its own.
             self._flush()
         # One call: the queued accepted tokens (if any) plus last_token, output on the last row only.
-        tokens = self._feed + [last_token]
+        tokens, rows, pos0 = self.draft_inputs(last_token)
         n = len(tokens)
-        self.ctx.decode(tokens, self._kv_end, self._rows[0], self._rows[1:n], output=last_row_only(n))
-        self._feed.clear()
-        self._kv_end = n_past + 1
+        self.ctx.decode(tokens, pos0, rows[0], rows[1:n], output=last_row_only(n))
+        self.inputs_fed(n_past)
         if sampler.plain_greedy:
             # the whole recursion in one native call: argmax, own hidden row, next decode
             n_out = self.ctx.draft_greedy(n_past + 1, k, p_min, self._draft_ids, self._draft_probs)
@@ -285,12 +282,59 @@ class MTPDrafter(Drafter):
             draft.confidence = list(self._draft_probs[0:n_out])
         else:
             self._recurse(draft, n_past, k, sampler, history, p_min)
+        self.draft_done(n_past, k, draft)
+        return draft
+
+    # The pieces of a single-head draft, also used by batched drafting (pymtp.batch): a
+    # decode of draft_inputs() (after queue_inputs() was decoded and queue_fed(), when the
+    # draft is longer than one token), then inputs_fed(), the recursion, then draft_done().
+
+    def can_draft(self) -> bool:
+        """Whether a draft can start: the row pairing with the last token is here."""
+        return self._has_pending
+
+    def queue_inputs(self) -> tuple[list[int], np.ndarray, int]:
+        """The queued accepted tokens, their hidden rows (one per token) and the first position."""
+        n = len(self._feed)
+        return list(self._feed), self._rows[:n], self._kv_end
+
+    def queue_fed(self) -> None:
+        n = len(self._feed)
+        self._kv_end += n
+        self._rows[0] = self._rows[n]
+        self._feed.clear()
+
+    def draft_inputs(self, last_token: int) -> tuple[list[int], np.ndarray, int]:
+        """The first draft decode's rows: the queue plus last_token, one hidden row each, and
+        the first position (the head's prediction comes from the last row)."""
+        tokens = self._feed + [last_token]
+        return tokens, self._rows[:len(tokens)], self._kv_end
+
+    def inputs_fed(self, n_past: int) -> None:
+        self._feed.clear()
+        self._kv_end = n_past + 1
+
+    def draft_done(self, n_past: int, k: int, draft: Draft) -> None:
         if k > 1 and draft.tokens:
             # Rows past last_token hold the head's own hidden rows, not the target's.
             self.rollback.trim(n_past + 1)
         # The pending row (paired with last_token) is consumed; observe() sets the next.
         self._has_pending = False
-        return draft
+
+    def take(self, draft: Draft, row: np.ndarray, sampler: Sampler, history: list[int], p_min: float,
+             greedy: tuple[int, float] | None = None) -> bool:
+        """Choose the next draft token from a row of the head's logits (greedy: its argmax and
+        probability, computed already); False to stop. In sampling mode its q stays in the
+        sampler's slot for its position."""
+        if greedy is not None and sampler.plain_greedy:
+            tok, conf = greedy
+        else:
+            tok, conf = sampler.row(len(draft.tokens), row, history, draft.tokens)
+        if tok < 0 or conf < p_min:        # -1: the head has no allowed token here
+            return False
+        draft.tokens.append(tok)
+        draft.confidence.append(conf)
+        return True
 
     def _recurse(self, draft: Draft, n_past: int, k: int, sampler: Sampler, history: list[int],
                  p_min: float) -> None:
@@ -325,19 +369,13 @@ class MTPDrafter(Drafter):
         return draft
 
     def _take(self, draft: Draft, sampler: Sampler, history: list[int], p_min: float) -> bool:
-        """Choose the next draft token from the head's last logits row; False to stop. In
-        sampling mode its q stays in the sampler's slot for its position."""
+        """take() on the head's last logits row."""
         row = self.ctx.logits()[-1]
+        greedy = None
         if sampler.plain_greedy:
             lib.pymtp_rows_argmax(ffi.from_buffer("float[]", row), 1, row.shape[0], self._argmax_id, self._argmax_p)
-            tok, conf = int(self._argmax_id[0]), float(self._argmax_p[0])
-        else:
-            tok, conf = sampler.row(len(draft.tokens), row, history, draft.tokens)
-        if tok < 0 or conf < p_min:        # -1: the head has no allowed token here
-            return False
-        draft.tokens.append(tok)
-        draft.confidence.append(conf)
-        return True
+            greedy = int(self._argmax_id[0]), float(self._argmax_p[0])
+        return self.take(draft, row, sampler, history, p_min, greedy)
 
 
 class DraftPolicy:

@@ -6,18 +6,19 @@ session take turns; a stream() holds it one step at a time.
 
 from __future__ import annotations
 
-import codecs
-import math
 import numbers
 import os
 from typing import Iterator, Sequence
 
+import numpy as np
+
 from .config import GenerationConfig, SamplingConfig, SpecConfig
-from .errors import InvalidHandleError, PymtpError
+from .errors import InvalidHandleError, PymtpError, UnsupportedError
 from .model import Model
 from .sampling import LogitsProcessor, TokenConstraint
 from .session import Session, as_session
 from .stats import GenerationResult
+from .textout import TextOutput
 
 ModelLike = Session | Model | str | os.PathLike | None
 
@@ -74,7 +75,12 @@ class TextStream:
         self.logits_processor = logits_processor
         self.result: GenerationResult | None = None
         self.owns_session = owns_session     # a session made for this one stream: closed with it
-        model = session.model
+        tokens = self.prompt_tokens(session.model, prompt)
+        self._gen = self._run(tokens, sampling, spec, limits)
+
+    @staticmethod
+    def prompt_tokens(model: Model, prompt: str | bytes | Sequence[int]) -> list[int]:
+        """The prompt as checked token ids (text is tokenized; bytes are UTF-8 text)."""
         if isinstance(prompt, (bytes, bytearray)):
             try:
                 prompt = bytes(prompt).decode("utf-8")         # bytes are text, not token ids
@@ -94,7 +100,7 @@ class TextStream:
         bad = next((i for i, t in enumerate(tokens) if not 0 <= t < model.n_vocab), None)
         if bad is not None:
             raise ValueError(f"prompt token {tokens[bad]} at position {bad} is out of range [0, {model.n_vocab})")
-        self._gen = self._run(tokens, sampling, spec, limits)
+        return tokens
 
     def __iter__(self) -> Iterator[str]:
         return self._gen
@@ -128,65 +134,71 @@ class TextStream:
             my_generation = session.generation
             spec_.start(prompt_tokens, constraint=self.constraint, logits_processor=self.logits_processor,
                         logprobs=self.logprobs, top_logprobs=self.top_logprobs)
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        stops = limits.stop
-        hold = max((len(s) for s in stops), default=1) - 1
-        text = ""          # all generated text so far
-        sent = 0           # characters of text already yielded
-        out: list[int] = []
-        lps: list[float] = []
-        tops: list[list[tuple[int, float]]] = []
-        self.tokens, self.token_logprobs, self.token_tops = out, lps, tops   # read while streaming (the server)
-        finish = None
-        cut = None
-        while finish is None:
+        out = TextOutput(session, limits, logprobs=self.logprobs, top_logprobs=self.top_logprobs,
+                         constraint=self.constraint)
+        # read while streaming (the server)
+        self.tokens, self.token_logprobs, self.token_tops = out.tokens, out.token_logprobs, out.token_tops
+        while out.finish is None:
             with session.lock:
                 if session.closed:
                     raise InvalidHandleError("this stream's session was closed")
                 if session.generation != my_generation:
                     raise PymtpError("this stream was interrupted: another generation ran on the same session")
                 if spec_.room() < 1:
-                    finish = "context"
-                    break
-                step = spec_.step(max_new=limits.max_tokens - len(out))
-            for j, tok in enumerate(step.emitted):
-                if not limits.ignore_eos and session.is_eog(tok):
-                    finish = "stop"
-                    break
-                out.append(tok)
-                if step.probs is not None:
-                    lps.append(math.log(step.probs[j]) if step.probs[j] > 0 else -math.inf)
-                if step.top is not None:
-                    tops.append(step.top[j])
-                text += decoder.decode(session.piece(tok))
-                cut = _find_stop(text, stops, sent) if stops else None
-                if cut is not None:
-                    text = text[:cut]
-                    finish = "stop"
-                    break
-                if len(out) >= limits.max_tokens:
-                    finish = "length"
-                    break
-            if finish is None and self.constraint is not None and self.constraint.is_terminated():
-                finish = "stop"          # the constrained output is complete
-            if finish is None and spec_.room() < 1:
-                finish = "context"
-            if finish is not None and cut is None:
-                text += decoder.decode(b"", final=True)
-            safe = len(text) if finish is not None else max(sent, len(text) - hold)
-            if safe > sent:
-                yield text[sent:safe]
-                sent = safe
-        stats = spec_.stats
-        self.result = GenerationResult(text, out, prompt_tokens, finish, stats, lps if self.logprobs else None,
-                                       tops if self.top_logprobs else None)
+                    piece = out.end("context")
+                else:
+                    step = spec_.step(max_new=out.remaining())
+                    piece = out.take(step, spec_.room())
+            if piece:
+                yield piece
+        self.result = out.result(prompt_tokens, spec_.stats)
 
 
-def _find_stop(text: str, stops: tuple[str, ...], sent: int) -> int | None:
-    """Index where the earliest stop string starts in the unsent tail, if any."""
-    start = max(0, sent - max(len(s) for s in stops))
-    hits = [i for i in (text.find(s, start) for s in stops) if i >= 0]
-    return min(hits) if hits else None
+#: Texts generate([...]) runs together; more wait for a slot.
+MAX_BATCH = 8
+
+
+def _is_batch(prompt) -> bool:
+    """A list of prompts (texts, or sequences of token ids), not one prompt of token ids."""
+    if isinstance(prompt, (str, bytes, bytearray)) or not isinstance(prompt, (list, tuple)):
+        return False
+    if not prompt:
+        raise ValueError("the prompt is empty: give some text, token ids, or a list of prompts")
+    return all(isinstance(p, str) or (isinstance(p, (list, tuple, np.ndarray)) and not isinstance(p, bytes))
+               for p in prompt)
+
+
+def _generate_batch(prompts: list, model: ModelLike, *, max_tokens, stop, ignore_eos, speculative, constraint,
+                    json_schema, grammar, logits_processor, logprobs, top_logprobs, **sampling) -> list[GenerationResult]:
+    from .batch import Batch
+
+    if constraint is not None or json_schema is not None or grammar is not None or logits_processor is not None:
+        raise UnsupportedError("constraints and logits processors apply to one prompt at a time: "
+                               "call generate() per prompt")
+    sampling_, limits = _configs(max_tokens, stop, ignore_eos, **sampling)
+    spec = _spec_config(speculative)
+    session, made = as_session(model)
+    try:
+        toks = [TextStream.prompt_tokens(session.model, p) for p in prompts]
+        n_ctx = max(len(t) for t in toks) + max_tokens + 1
+        results: list[GenerationResult | None] = [None] * len(toks)
+        with session.lock, Batch(session, n_seq=min(len(toks), MAX_BATCH), n_ctx=n_ctx, spec=spec) as batch:
+            waiting = list(enumerate(toks))
+            running = {}
+            while waiting or batch.active:
+                while waiting and batch.free:
+                    i, t = waiting.pop(0)
+                    running[i] = batch.add(t, sampling=sampling_, limits=limits, logprobs=logprobs,
+                                           top_logprobs=top_logprobs)
+                batch.step()
+                for i, it in list(running.items()):
+                    if it.finished:
+                        results[i] = it.result
+                        del running[i]
+        return results
+    finally:
+        if made:
+            session.close()
 
 
 def _constraint(session: Session, constraint, json_schema, grammar) -> TokenConstraint | None:
@@ -221,6 +233,8 @@ def stream(prompt: str | Sequence[int], model: ModelLike = None, *,
                                 min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                                 frequency_penalty=frequency_penalty, logit_bias=logit_bias or (), seed=seed)
     spec = _spec_config(speculative)
+    if _is_batch(prompt):
+        raise TypeError("stream() takes one prompt (text or token ids); generate() takes a list of prompts")
     session, made = as_session(model)
     try:
         constraint = _constraint(session, constraint, json_schema, grammar)
@@ -232,7 +246,7 @@ def stream(prompt: str | Sequence[int], model: ModelLike = None, *,
         raise
 
 
-def generate(prompt: str | Sequence[int], model: ModelLike = None, *,
+def generate(prompt: str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]], model: ModelLike = None, *,
              max_tokens: int = 256, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
              min_p: float = 0.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
              frequency_penalty: float = 0.0, logit_bias: dict[int, float] | None = None, seed: int | None = None,
@@ -240,8 +254,13 @@ def generate(prompt: str | Sequence[int], model: ModelLike = None, *,
              speculative: bool | SpecConfig | dict = True, constraint: TokenConstraint | None = None,
              json_schema: dict | str | None = None, grammar: str | None = None,
              logits_processor: LogitsProcessor | None = None, logprobs: bool = False,
-             top_logprobs: int = 0) -> GenerationResult:
+             top_logprobs: int = 0) -> GenerationResult | list[GenerationResult]:
     """Generate a continuation of prompt (text or token ids).
+
+    A list of prompts (texts, or lists of token ids) generates them together in batched
+    speculative steps (pymtp.batch: up to MAX_BATCH at a time, the rest joining as texts
+    finish) and returns one GenerationResult per prompt, in order, each what that prompt gives
+    alone with the same settings (a seed seeds each prompt's sampling alike).
 
     model: a Session from pymtp.load() (its contexts are reused), a Model, a GGUF
     path, or None for the default model. temperature 0 is greedy. presence_penalty and
@@ -261,6 +280,13 @@ def generate(prompt: str | Sequence[int], model: ModelLike = None, *,
     top_logprobs=n (1..20, implies logprobs): result.top_logprobs holds, per token, the n
     likeliest tokens of its row under the same distribution, as (token, log p), likeliest first.
     """
+    if _is_batch(prompt):
+        return _generate_batch(list(prompt), model, max_tokens=max_tokens, stop=stop, ignore_eos=ignore_eos,
+                               speculative=speculative, constraint=constraint, json_schema=json_schema,
+                               grammar=grammar, logits_processor=logits_processor, logprobs=logprobs,
+                               top_logprobs=top_logprobs, temperature=temperature, top_k=top_k, top_p=top_p,
+                               min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+                               frequency_penalty=frequency_penalty, logit_bias=logit_bias or (), seed=seed)
     s = stream(prompt, model, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                frequency_penalty=frequency_penalty, logit_bias=logit_bias, seed=seed, stop=stop,

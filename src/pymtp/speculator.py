@@ -280,35 +280,61 @@ class MTPSpeculator:
 
         max_new bounds the tokens this step may emit (drafts are sized so as
         not to waste work past it)."""
+        self.check_ready()
+        t0 = time.perf_counter()
+        n_past, last = self.n_past, self.tokens[-1]
+        try:
+            # DRAFT
+            k = self.draft_length(max_new)
+            draft = (self.drafter.propose(last, n_past, k, self.sampler, self.tokens, self.spec.p_min)
+                     if k > 0 else Draft())
+            t1 = time.perf_counter()
+            # VERIFY: one target decode of [last, d1..dk]
+            batch = [last] + draft.tokens
+            self.rollback.mark(n_past, batch)     # a plain step too: a failure must undo its decode
+            self.target.decode(batch, n_past)
+            t2 = time.perf_counter()
+            return self.settle(draft, self.target.logits(), self._hidden() if self.drafter else None, t0, t1, t2)
+        except BaseException:
+            self.recover(n_past)
+            raise
+
+    def check_ready(self) -> None:
         if self.state is not State.READY:
             raise UnsupportedError(f"step() needs a started generation (state is {self.state.value})")
         if self.room() < 1:
             raise ValueError("the context is full")
-        t0 = time.perf_counter()
-        n_past, last = self.n_past, self.tokens[-1]
-        try:
-            draft, n_acc, new, times = self._speculate(n_past, last, max_new, t0)
-        except BaseException:
-            # Put the contexts back where the step found them: the target KV holds
-            # tokens[:-1] again, and the draft head starts over (it drafts from
-            # whatever it is fed next; losing its older context costs acceptance only).
-            try:
-                self.rollback.trim(n_past)
-            except UnsupportedError:
-                # n_rs_seq snapshots cannot undo a whole decode: rebuild the target from the text
-                self.target.seq_rm(0)
-                self._prefill(self.tokens[:n_past], 0)
-            if self.drafter:
-                self.drafter.reset()
-            self.sampler.discard_tentative()
-            self._remember_writes()
-            raise
+
+    def draft_length(self, max_new: int | None) -> int:
+        """How many tokens to draft this step: the policy's choice, bounded by the room left
+        in the context and the batch, and by max_new."""
+        k = self.policy.next_length() if self.policy else 0
+        limit = min(self.room() - 1, self.target.n_batch - 1)
+        if max_new is not None:
+            limit = min(limit, max_new - 1)
+        return max(0, min(k, limit))
+
+    def settle(self, draft: Draft, logits, hidden, t0: float, t1: float, t2: float) -> StepResult:
+        """The rest of a step once the target has verified [last, d1..dk] at n_past (logits and
+        hidden: this sequence's rows of that decode): ACCEPT, HANDOFF, ROLLBACK, POLICY."""
+        n_past = self.n_past
+        # ACCEPT
+        n_acc, new = self.sampler.verify(logits, draft.tokens, None if draft.q_in_sampler else draft.probs,
+                                         self.tokens)
+        accepted = [self.tokens[-1]] + draft.tokens[:n_acc]     # now part of the text, in the target KV
+        # HANDOFF (the drafter copies the rows: views die with the next decode)
+        if self.drafter:
+            self.drafter.observe(accepted, n_past, hidden)
+        # ROLLBACK
+        t3 = time.perf_counter()
+        if n_acc < len(draft.tokens):
+            self.rollback.trim(n_past + n_acc + 1)
+        t_draft, t_verify = t1 - t0, (t2 - t1) + (time.perf_counter() - t3)
+
         emitted = draft.tokens[:n_acc] + [new]
         self.tokens.extend(emitted)
         self.n_past = n_past + n_acc + 1
-
         # POLICY
-        t_draft, t_verify = times
         if self.policy:
             self.policy.update(len(draft.tokens), n_acc, t_draft, t_verify)
             self.stats.cooldown_steps = self.policy.cooldown_steps_taken
@@ -321,41 +347,20 @@ class MTPSpeculator:
         self._remember_writes()
         return result
 
-    def _speculate(self, n_past: int, last: int, max_new: int | None, t0: float):
-        """DRAFT, VERIFY, ACCEPT, HANDOFF, ROLLBACK; returns the draft, the accepted count,
-        the target's own token and the (draft, verify) seconds."""
-        # DRAFT
-        k = self.policy.next_length() if self.policy else 0
-        limit = min(self.room() - 1, self.target.n_batch - 1)
-        if max_new is not None:
-            limit = min(limit, max_new - 1)
-        k = max(0, min(k, limit))
-        draft = (self.drafter.propose(last, n_past, k, self.sampler, self.tokens, self.spec.p_min)
-                 if k > 0 else Draft())
-        t1 = time.perf_counter()
-
-        # VERIFY: one target decode of [last, d1..dk]
-        batch = [last] + draft.tokens
-        self.rollback.mark(n_past, batch)     # a plain step too: a failure must undo its decode
-        self.target.decode(batch, n_past)
-        logits = self.target.logits()
-        t2 = time.perf_counter()
-
-        # ACCEPT
-        n_acc, new = self.sampler.verify(logits, draft.tokens, None if draft.q_in_sampler else draft.probs,
-                                         self.tokens)
-        accepted = batch[: n_acc + 1]               # now part of the text, in the target KV
-
-        # HANDOFF (the drafter copies the rows: views die with the next decode)
+    def recover(self, n_past: int) -> None:
+        """After a step failed: put the contexts back where the step found them. The target KV
+        holds tokens[:-1] again, and the draft head starts over (it drafts from whatever it is
+        fed next; losing its older context costs acceptance only)."""
+        try:
+            self.rollback.trim(n_past)
+        except UnsupportedError:
+            # n_rs_seq snapshots cannot undo a whole decode: rebuild the target from the text
+            self.target.seq_rm(0)
+            self._prefill(self.tokens[:n_past], 0)
         if self.drafter:
-            self.drafter.observe(accepted, n_past, self._hidden())
-
-        # ROLLBACK
-        t3 = time.perf_counter()
-        if n_acc < len(draft.tokens):
-            self.rollback.trim(n_past + n_acc + 1)
-        t4 = time.perf_counter()
-        return draft, n_acc, new, (t1 - t0, (t2 - t1) + (t4 - t3))
+            self.drafter.reset()
+        self.sampler.discard_tentative()
+        self._remember_writes()
 
     def close(self) -> None:
         self.state = State.CLOSED
