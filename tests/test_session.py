@@ -64,7 +64,9 @@ def test_prompt_kinds(models):
     assert pymtp.generate(np.array(text.prompt_tokens), s, max_tokens=3, speculative=False).tokens == text.tokens
     with pytest.raises(TypeError, match="item 1 is str 'b'"):
         pymtp.generate(["a", "b"][0:0] + [1, "b"], s)
-    with pytest.raises(TypeError, match="list of token ids"):
-        pymtp.generate(["hello", "world"], s)
+    with pytest.raises(TypeError, match="one prompt"):
+        pymtp.stream(["hello", "world"], s)
+    both = pymtp.generate(["hello", "world"], s, max_tokens=2)           # a list of prompts: one result each
+    assert [r.tokens for r in both] == [pymtp.generate(p, s, max_tokens=2).tokens for p in ("hello", "world")]
     with pytest.raises(ValueError, match="UTF-8"):
         pymtp.generate(b"\xff\xfe", s)

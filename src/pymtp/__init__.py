@@ -17,6 +17,7 @@ from .errors import (
     UnsupportedError,
 )
 from .default_model import default_model_path
+from .batch import Batch, BatchItem
 from .generate import TextStream, generate, load, stream
 from .model import DraftContext, Model, TargetContext
 from .quant import quantize
@@ -29,6 +30,8 @@ __version__ = "0.1.0"
 _display.register_jupyter()      # results and stats render as tables in a notebook
 
 __all__ = [
+    "Batch",
+    "BatchItem",
     "ContextFullError",
     "DecodeError",
     "DraftContext",
