@@ -61,10 +61,14 @@ def chat_gguf(gguf, tmp_path_factory):
     return gguf("glm4moe", chat_template=CHATML)
 
 
-@pytest.fixture(scope="module")
-def served(chat_gguf):
+@pytest.fixture(scope="module", params=[1, 4], ids=["one-at-a-time", "batched"])
+def served(chat_gguf, request):
+    """The server's tests run on both runners: one generation at a time (server.runner) and up
+    to 4 in batched steps (server.batched)."""
     model = pymtp.load(chat_gguf, n_ctx=512)
-    with _Server(create_app(model, model_name="fixture-chat")) as srv:
+    app = create_app(model, model_name="fixture-chat", parallel=request.param)
+    with _Server(app) as srv:
+        srv.parallel, srv.app = request.param, app
         srv.model = model
         yield srv
     model.close()
@@ -185,23 +189,29 @@ def test_context_full_maps_to_length(client):
     assert "context" in str(e.value)
 
 
-def test_concurrent_requests_are_serialized(client):
-    ref = client.completions.create(model="fixture-chat", prompt="abc", max_tokens=16).choices[0].text
-    out: list = [None, None]
+def test_concurrent_requests_get_what_each_gets_alone(client, served):
+    """Concurrent requests (streamed or not) answer as if alone; with parallel > 1 they shared
+    batched steps."""
+    prompts = ["abc", "def f(x):", "The", "import"]
+    refs = [client.completions.create(model="fixture-chat", prompt=p, max_tokens=16,
+                                      extra_body={"ignore_eos": True}).choices[0].text for p in prompts]
+    out: list = [None] * 4
 
     def one(i: int) -> None:
-        if i == 0:
-            chunks = client.completions.create(model="fixture-chat", prompt="abc", max_tokens=16, stream=True)
-            out[i] = "".join(c.choices[0].text for c in chunks if c.choices)
+        kw = dict(model="fixture-chat", prompt=prompts[i], max_tokens=16, extra_body={"ignore_eos": True})
+        if i % 2 == 0:
+            out[i] = "".join(c.choices[0].text for c in client.completions.create(stream=True, **kw) if c.choices)
         else:
-            out[i] = client.completions.create(model="fixture-chat", prompt="abc", max_tokens=16).choices[0].text
+            out[i] = client.completions.create(**kw).choices[0].text
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(TIMEOUT)
-    assert out == [ref, ref]
+    assert out == refs
+    if served.parallel > 1:
+        assert served.app.state.runner.max_batch >= 2
 
 
 def test_chat_without_template_is_400(models):

@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", formatter_class=fmt, help="an OpenAI-compatible HTTP server (needs pymtp[server])",
                        description="Serve one model over an OpenAI-compatible API: /v1/completions, "
                                    "/v1/chat/completions (both with stream=true), /v1/models, and /health, "
-                                   "/metrics (Prometheus). Generations run one at a time. "
+                                   "/metrics (Prometheus). Up to --parallel requests run together in batched speculative steps. "
                                    "Needs: pip install 'pymtp-llm[server]'.",
                        epilog="examples:\n  pymtp serve -m model.gguf --port 8000 --model-name mymodel\n"
                               "  PYMTP_API_KEY=secret pymtp serve -m model.gguf --host 0.0.0.0\n\n"
@@ -225,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help="default max_tokens when a request gives none (default 256)")
     s.add_argument("--no-spec", action="store_true", help="serve with plain decoding")
+    s.add_argument("--parallel", type=int, default=4, metavar="N",
+                   help="requests that run together, in batched speculative steps, each with --n-ctx positions "
+                        "(default 4; 1: one at a time)")
     s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default info)")
     _add_model_args(s)
@@ -465,7 +468,7 @@ def cmd_serve(args) -> int:
         api_key = args.api_key if args.api_key is not None else os.environ.get("PYMTP_API_KEY")
         try:
             app = create_app(session, model_name=args.model_name, chat_template=args.template,
-                             defaults=defaults, api_key=api_key)
+                             defaults=defaults, api_key=api_key, parallel=args.parallel)
         except ValueError as e:
             raise CliError(str(e)) from None
         serve(app, host=args.host, port=args.port, log_level=args.log_level)

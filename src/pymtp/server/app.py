@@ -17,6 +17,7 @@ from .errors import APIError, from_exception, install_error_handlers
 from .jobs import JobMaker
 from .metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from .responses import ChatReply, CompletionReply, Reply
+from .batched import BatchRunner
 from .runner import Job, Runner
 from .schemas import ChatCompletionRequest, CommonRequest, CompletionRequest, parse_body
 
@@ -24,7 +25,8 @@ __all__ = ["create_app", "serve"]
 
 
 def create_app(model, *, model_name: str | None = None, chat_template: str | None = None,
-               defaults: dict[str, Any] | None = None, api_key: str | None = None) -> FastAPI:
+               defaults: dict[str, Any] | None = None, api_key: str | None = None, parallel: int = 1,
+               slot_ctx: int | None = None) -> FastAPI:
     """A FastAPI app serving model: a Session from ``pymtp.load()`` (a Model, or a path,
     gets a session of its own, closed when the app shuts down).
 
@@ -33,13 +35,18 @@ def create_app(model, *, model_name: str | None = None, chat_template: str | Non
     chat_template: a llama.cpp built-in template name or template text to use
     instead of the GGUF's. defaults: request defaults, e.g. {"max_tokens": 512,
     "temperature": 0.7, "speculative": False}. api_key: when given, every /v1 request
-    needs ``Authorization: Bearer <api_key>`` (401 otherwise); /health and /metrics stay open."""
+    needs ``Authorization: Bearer <api_key>`` (401 otherwise); /health and /metrics stay open.
+    parallel: requests that run together in batched speculative steps (pymtp.batch; each of
+    slot_ctx positions, default the session's n_ctx); 1: one at a time on the session."""
     api_key = check_api_key(api_key)
     session, made = as_session(model)
     m = session.model
     model_id = model_name or m.path.stem
     metrics = Metrics()
-    runner = Runner(session, metrics)
+    if not 1 <= parallel <= 64:
+        raise ValueError(f"parallel must be in [1, 64], got {parallel}")
+    runner = (BatchRunner(session, metrics, n_seq=parallel, n_ctx=slot_ctx) if parallel > 1
+              else Runner(session, metrics))
     jobs = JobMaker(session, model_id, chat_template=chat_template, defaults=defaults)
 
     @asynccontextmanager
@@ -101,12 +108,10 @@ def create_app(model, *, model_name: str | None = None, chat_template: str | Non
                 request.state.pymtp_outcome = "server_error" if err.status >= 500 else "client_error"
 
             return reply.streaming(first, items, req.wants_usage(), on_error)
-        results = []
-        for job in todo:
-            try:
-                results.append(await runner.run(job))
-            except Exception as e:
-                raise from_exception(e) from None
+        try:
+            results = await runner.run_all(todo)
+        except Exception as e:
+            raise from_exception(e) from None
         return reply.body(results)
 
     @app.post("/v1/completions")

@@ -60,6 +60,10 @@ class Runner:
             raise value
         return value
 
+    async def run_all(self, jobs: list[Job]) -> list[GenerationResult]:
+        """The results of jobs, run in turn (the first error is raised)."""
+        return [await self.run(job) for job in jobs]
+
     async def stream(self, job: Job) -> AsyncIterator[tuple[str, object]]:
         """("piece", str) ... then ("done", GenerationResult) or ("error", exception); with
         job.logprobs, ("logprobs", [(token, logprob), ...]) before a piece, for the tokens
