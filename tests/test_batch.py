@@ -42,6 +42,25 @@ def test_batched_greedy_equals_each_text_alone(models, family, same_greedy):
     same_greedy.assert_ties_rare()
 
 
+def test_batched_drafts_with_a_trimmed_vocabulary(models, same_greedy):
+    """A trimmed draft vocabulary (the default on real vocabularies) in batched drafts: every
+    text's output rows are projected on the chosen tokens, and each text gets what it gets alone."""
+    m = models("glm4moe")
+    prompts = [m.tokenize(p) for p in PROMPTS[:4]]
+    for k in (1, 3):
+        spec = SpecConfig(n_draft=k, adaptive=False, draft_vocab=64)
+        with Batch(m, n_seq=4, n_ctx=128, spec=spec) as b:
+            items = [b.add(p, limits=GenerationConfig(max_tokens=20, ignore_eos=True)) for p in prompts]
+            assert 64 <= items[0].speculator.drafter.vocab_size < m.n_vocab // 2
+            b.run()
+        for p, it in zip(prompts, items):
+            alone = _alone(m, p, spec, 20)
+            assert it.result.stats.draft_vocab == alone.stats.draft_vocab == items[0].speculator.drafter.vocab_size
+            same_greedy(m, p, it.result.tokens, alone.tokens)
+            if it.result.tokens == alone.tokens:
+                assert it.result.stats.n_accepted == alone.stats.n_accepted
+
+
 def test_one_draft_decode_per_position_and_one_verify_per_step(models, monkeypatch):
     """The shared decodes: per step, one target decode for all texts, and one draft decode
     per draft position (plus one that feeds queues before longer drafts)."""

@@ -22,9 +22,11 @@
 
 struct draft_capture {
     bool active = false;       // capture on the next decodes
-    bool captured = false;     // the last decode delivered the row
+    bool captured = false;     // the last decode delivered the rows
     int32_t n_embd = 0;
-    std::vector<float> row;    // the head's hidden row of the last token of the last decode
+    int32_t n_tokens = 0;      // rows of the batch (0: whatever the ubatch holds; the last is captured)
+    std::vector<int32_t> idx;  // the batch rows to capture (empty: the last one)
+    std::vector<float> rows;   // their hidden rows, in that order
 };
 
 struct draft_vocab {
@@ -49,7 +51,7 @@ draft_capture * draft_capture_new(int32_t n_embd) {
     auto * c = new (std::nothrow) draft_capture();
     if (c) {
         c->n_embd = n_embd;
-        c->row.assign(n_embd, 0.0f);
+        c->rows.assign(n_embd, 0.0f);
     }
     return c;
 }
@@ -59,11 +61,28 @@ void draft_capture_free(draft_capture * c) { delete c; }
 void draft_capture_arm(draft_capture * c, bool on) {
     c->active = on;
     c->captured = false;
+    c->n_tokens = 0;
+    c->idx.clear();
+}
+
+bool draft_capture_arm_rows(draft_capture * c, int32_t n_tokens, const int32_t * idx, int32_t m) {
+    try {
+        if (c->rows.size() < (size_t) m * c->n_embd) c->rows.resize((size_t) m * c->n_embd);   // grows once
+        c->idx.assign(idx, idx + m);
+    } catch (const std::bad_alloc &) {
+        return false;
+    }
+    c->active = true;
+    c->captured = false;
+    c->n_tokens = n_tokens;
+    return true;
 }
 
 bool draft_capture_done(const draft_capture * c) { return c->captured; }
 
-const float * draft_capture_row(const draft_capture * c) { return c->row.data(); }
+const float * draft_capture_row(const draft_capture * c) { return c->rows.data(); }
+
+int32_t draft_capture_count(const draft_capture * c) { return c->idx.empty() ? 1 : (int32_t) c->idx.size(); }
 
 bool draft_capture_cb(ggml_tensor * t, bool ask, void * user_data) {
     auto * c = static_cast<draft_capture *>(user_data);
@@ -72,7 +91,17 @@ bool draft_capture_cb(ggml_tensor * t, bool ask, void * user_data) {
     // rows of h_nextn: one per token of the ubatch (graphs that cut it to the output rows,
     // zero here, cannot serve a trimmed vocabulary: nothing is captured and the decode fails)
     if (t->type != GGML_TYPE_F32 || t->ne[0] != c->n_embd || t->ne[1] < 1) return true;
-    ggml_backend_tensor_get(t, c->row.data(), (size_t) (t->ne[1] - 1) * t->nb[1], sizeof(float) * c->n_embd);
+    if (c->idx.empty()) {
+        ggml_backend_tensor_get(t, c->rows.data(), (size_t) (t->ne[1] - 1) * t->nb[1], sizeof(float) * c->n_embd);
+        c->captured = true;
+        return true;
+    }
+    // chosen rows of a batch that must sit in one ubatch (else nothing is captured)
+    if (t->ne[1] != c->n_tokens) return true;
+    for (size_t k = 0; k < c->idx.size(); ++k) {
+        ggml_backend_tensor_get(t, c->rows.data() + k * c->n_embd, (size_t) c->idx[k] * t->nb[1],
+                                sizeof(float) * c->n_embd);
+    }
     c->captured = true;
     return true;
 }
@@ -138,11 +167,16 @@ void draft_vocab_free(draft_vocab * v) { delete v; }
 
 int32_t draft_vocab_size(const draft_vocab * v) { return v->n; }
 
-// The logits of the chosen tokens for one hidden row, written into the n_vocab-wide row.
-const float * draft_vocab_logits(draft_vocab * v, const float * hidden) {
+// The logits of the chosen tokens for one hidden row, written into the n_vocab-wide row out
+// (whose other entries the caller keeps at -inf).
+bool draft_vocab_logits_into(draft_vocab * v, const float * hidden, float * out) {
     std::memcpy(v->h->data, hidden, sizeof(float) * v->n_embd);
-    if (ggml_graph_compute(v->graph, &v->plan) != GGML_STATUS_SUCCESS) return nullptr;
+    if (ggml_graph_compute(v->graph, &v->plan) != GGML_STATUS_SUCCESS) return false;
     const float * o = static_cast<const float *>(v->out->data);
-    for (int32_t i = 0; i < v->n; ++i) v->logits[v->ids[i]] = o[i];
-    return v->logits.data();
+    for (int32_t i = 0; i < v->n; ++i) out[v->ids[i]] = o[i];
+    return true;
+}
+
+const float * draft_vocab_logits(draft_vocab * v, const float * hidden) {
+    return draft_vocab_logits_into(v, hidden, v->logits.data()) ? v->logits.data() : nullptr;
 }

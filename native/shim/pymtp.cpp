@@ -60,7 +60,10 @@ struct pymtp_ctx {
     std::vector<size_t> checkpoint_size;
     draft_capture * capture = nullptr;    // draft contexts: the head's hidden row, when trimmed
     draft_vocab * vocab = nullptr;        // draft contexts: the trimmed vocabulary, or none
-    const float * trim_row = nullptr;     // the last decode's logits row under the trimmed vocabulary
+    const float * trim_row = nullptr;     // the last decode's logits rows under the trimmed vocabulary
+    int32_t trim_n = 0;                   // how many
+    std::vector<float> trim_rows;         // pymtp_decode_rows' trimmed logits (-inf outside the ids)
+    std::vector<int32_t> trim_idx;        // the batch rows they belong to
 };
 
 // ---- errors and handle registry ------------------------------------------------
@@ -605,6 +608,7 @@ int pymtp_draft_set_vocab(pymtp_ctx * c, const int32_t * ids, int32_t n) {
         }
     }
     GUARD_BEGIN
+    c->trim_rows.clear();      // refilled with -inf for the next ids
     if (c->vocab) {
         draft_vocab_free(c->vocab);
         c->vocab = nullptr;
@@ -674,6 +678,7 @@ int pymtp_decode(pymtp_ctx * c, const int32_t * tokens, int32_t n_tokens, int32_
         trim_want = output ? output[n_tokens - 1] != 0 : true;
         draft_capture_arm(c->capture, true);
         c->trim_row = nullptr;
+        c->trim_n = 0;
     }
     GUARD_BEGIN
     if (!c->shares_memory) {
@@ -720,6 +725,7 @@ int pymtp_decode(pymtp_ctx * c, const int32_t * tokens, int32_t n_tokens, int32_
         if (trim_want) {
             c->trim_row = draft_vocab_logits(c->vocab, draft_capture_row(c->capture));
             if (!c->trim_row) return fail(PYMTP_ERR_DECODE, "the trimmed head's projection failed");
+            c->trim_n = 1;
             c->last_outputs = 1;
         }
     }
@@ -738,7 +744,6 @@ int pymtp_decode_rows(pymtp_ctx * c, const int32_t * tokens, const int32_t * pos
     if (n_tokens < 1 || (uint32_t) n_tokens > c->n_batch) {
         return fail(PYMTP_ERR_ARG, "batch of %d tokens: must be in [1, n_batch=%u]", n_tokens, c->n_batch);
     }
-    if (c->vocab) return fail(PYMTP_ERR_UNSUPPORTED, "a trimmed draft vocabulary decodes one sequence at a time");
     if (c->is_draft != (hidden != nullptr)) {
         return fail(PYMTP_ERR_ARG, c->is_draft ? "a draft decode pairs every token with a target hidden row: hidden rows missing"
                                                : "hidden rows are inputs of draft contexts only");
@@ -766,6 +771,19 @@ int pymtp_decode_rows(pymtp_ctx * c, const int32_t * tokens, const int32_t * pos
         }
         next[s] = pos[i] + 1;
     }
+    if (c->vocab) {
+        // A trimmed vocabulary: llama.cpp projects no row; the rows asked for are captured and
+        // projected here (the batch must fit one ubatch: n_ubatch = n_batch).
+        c->trim_idx.clear();
+        for (int32_t i = 0; i < n_tokens; ++i) {
+            if (!output || output[i]) c->trim_idx.push_back(i);
+        }
+        const int32_t m = (int32_t) c->trim_idx.size();
+        if (c->trim_rows.size() < (size_t) m * c->n_vocab) c->trim_rows.resize((size_t) m * c->n_vocab, SHIM_NEG_INF);
+        if (!draft_capture_arm_rows(c->capture, n_tokens, c->trim_idx.data(), m)) return fail(PYMTP_ERR_NOSPACE, "out of memory");
+        c->trim_row = nullptr;
+        c->trim_n = 0;
+    }
     llama_batch_ext * b = c->batch;
     llama_batch_ext_clear(b);
     int32_t n_out = 0;
@@ -773,7 +791,7 @@ int pymtp_decode_rows(pymtp_ctx * c, const int32_t * tokens, const int32_t * pos
         const int32_t idx = llama_batch_ext_add_token(b, seq_ids[i], tokens[i]);
         if (idx < 0) return fail(PYMTP_ERR_ARG, "llama.cpp refused batch row %d (code %d)", i, idx);
         llama_batch_ext_set_pos(b, idx, &pos[i]);
-        const bool want = output ? output[i] != 0 : true;
+        const bool want = !c->vocab && (output ? output[i] != 0 : true);
         llama_batch_ext_set_output_logits(b, idx, want);
         n_out += want;
         if (c->is_draft) {
@@ -793,6 +811,22 @@ int pymtp_decode_rows(pymtp_ctx * c, const int32_t * tokens, const int32_t * pos
     c->last_tokens = n_tokens;
     c->last_outputs = n_out;
     c->last_batch = n_tokens;
+    if (c->vocab) {
+        const int32_t m = (int32_t) c->trim_idx.size();
+        if (m > 0 && !draft_capture_done(c->capture)) {
+            return fail(PYMTP_ERR_UNSUPPORTED, "this model's MTP graph gave no h_nextn rows to capture: "
+                        "the trimmed draft vocabulary cannot work with it");
+        }
+        const float * h = draft_capture_row(c->capture);
+        for (int32_t r = 0; r < m; ++r) {
+            if (!draft_vocab_logits_into(c->vocab, h + (size_t) r * c->n_embd, c->trim_rows.data() + (size_t) r * c->n_vocab)) {
+                return fail(PYMTP_ERR_DECODE, "the trimmed head's projection failed");
+            }
+        }
+        c->trim_row = c->trim_rows.data();
+        c->trim_n = m;
+        c->last_outputs = m;
+    }
     ok();
     return PYMTP_OK;
     GUARD_END_MODEL(c->model)
@@ -806,7 +840,7 @@ int pymtp_logits(pymtp_ctx * c, float ** out, int32_t * n_rows) {
     if (c->last_outputs == 0) return fail(PYMTP_ERR_ARG, "no logits: the last decode asked for none (or failed)");
     if (c->vocab) {
         *out = const_cast<float *>(c->trim_row);
-        *n_rows = 1;
+        *n_rows = c->trim_n;
         ok();
         return PYMTP_OK;
     }
@@ -828,9 +862,9 @@ int pymtp_hidden(pymtp_ctx * c, float ** out, int32_t * n_rows) {
     if (!c->has_hidden) return fail(PYMTP_ERR_UNSUPPORTED, "this context has no hidden rows (the model was loaded without MTP blocks)");
     const int32_t n = c->is_draft ? c->last_outputs : c->last_tokens;
     if (n == 0) return fail(PYMTP_ERR_ARG, "no hidden rows: nothing decoded yet (or the last decode failed)");
-    if (c->vocab) {          // the captured row of the last token (the one output row)
+    if (c->vocab) {          // the captured rows (of the last token, or of decode_rows' output rows)
         *out = const_cast<float *>(draft_capture_row(c->capture));
-        *n_rows = 1;
+        *n_rows = draft_capture_count(c->capture);
         ok();
         return PYMTP_OK;
     }

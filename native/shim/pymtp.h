@@ -202,7 +202,8 @@ int  pymtp_decode(pymtp_ctx * ctx, const int32_t * tokens, int32_t n_tokens, int
  * sequences (n_seq_max > 1) shares its n_ctx cells between them.
  * output: as for pymtp_decode. hidden (draft contexts only, required there): one target
  * hidden row per row, n_tokens x n_embd floats (row i pairs with token i; see above).
- * Logits and hidden rows come back in batch order. Not with a trimmed draft vocabulary.
+ * Logits and hidden rows come back in batch order. With a trimmed draft vocabulary any rows
+ * may ask for logits (the batch must fit one ubatch), and the hidden rows are those rows'.
  */
 int  pymtp_decode_rows(pymtp_ctx * ctx, const int32_t * tokens, const int32_t * pos, const int32_t * seq_ids,
                        int32_t n_tokens, const uint8_t * output, const float * hidden);

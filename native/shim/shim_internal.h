@@ -19,13 +19,18 @@ draft_capture * draft_capture_new(int32_t n_embd);
 void draft_capture_free(draft_capture * c);
 void draft_capture_arm(draft_capture * c, bool on);
 bool draft_capture_done(const draft_capture * c);
-const float * draft_capture_row(const draft_capture * c);
+const float * draft_capture_row(const draft_capture * c);      // the captured rows, one after another
+// Capture the hidden rows at these batch indices of the next decodes (of n_tokens rows, which
+// must sit in one ubatch); false when out of memory.
+bool draft_capture_arm_rows(draft_capture * c, int32_t n_tokens, const int32_t * idx, int32_t m);
+int32_t draft_capture_count(const draft_capture * c);
 bool draft_capture_cb(ggml_tensor * t, bool ask, void * user_data);   // a ggml eval callback
 draft_vocab * draft_vocab_new(const ggml_tensor * head, const int32_t * ids, int32_t n, int32_t n_vocab,
                               int32_t n_threads, const char ** why);
 void draft_vocab_free(draft_vocab * v);
 int32_t draft_vocab_size(const draft_vocab * v);
 const float * draft_vocab_logits(draft_vocab * v, const float * hidden);
+bool draft_vocab_logits_into(draft_vocab * v, const float * hidden, float * out);
 
 // placement.cpp: the devices of remote (RPC) servers.
 #include <string>

@@ -509,6 +509,7 @@ class DraftContext(_Context):
             self._init_info()
         self.target = target
         self.vocab_size = 0              # a trimmed vocabulary's size (set_vocab); 0: all tokens
+        self.vocab_ids = np.zeros(0, dtype=np.int64)     # and its token ids
         target._drafts.add(self)
 
     def decode(self, tokens, pos0: int, hidden_first: np.ndarray, hidden_rest: np.ndarray | None = None, *,
@@ -546,6 +547,7 @@ class DraftContext(_Context):
         with self.lock:                # the KV is untouched: not a write
             check(lib.pymtp_draft_set_vocab(self._handle(), ffi.from_buffer("int32_t[]", arr), arr.size))
         self.vocab_size = int(arr.size)
+        self.vocab_ids = ids
 
     def set_head(self, head: int) -> None:
         """Choose which MTP block runs next (chained heads, e.g. step35)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import UnsupportedError
 from .model import DraftContext, TargetContext
 
 
@@ -80,5 +79,6 @@ class DraftView(_SeqView):
         return self.ctx.draft_greedy(pos, n_max, p_min, out_ids, out_probs, seq_id=self.seq_id)
 
     def set_vocab(self, token_ids) -> None:
-        if len(token_ids):
-            raise UnsupportedError("a trimmed draft vocabulary drafts one sequence at a time, not in batches")
+        # the whole context's: every sequence drafts with the same trimmed vocabulary
+        if not np.array_equal(np.unique(np.asarray(token_ids, dtype=np.int64)), self.ctx.vocab_ids):
+            self.ctx.set_vocab(token_ids)
