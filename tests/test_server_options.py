@@ -157,6 +157,12 @@ def test_api_key_must_be_printable():
         create_app(None, api_key="two words")
 
 
+def test_parallel_must_be_in_range(models):
+    for bad in (0, 65):
+        with pytest.raises(ValueError, match="parallel must be in"):
+            create_app(models("glm4moe"), parallel=bad)
+
+
 def test_cli_api_key_from_the_environment(monkeypatch, gguf):
     import pymtp.server as server
     from pymtp.cli import EXIT_OK, EXIT_USAGE, main

@@ -2,12 +2,14 @@
 llama-server (--parallel 4 --spec-type draft-mtp) on the same GGUF, in the same run.
 
     python tools/measure_streams.py [--model default] [--streams 1,2,4,8] [--tokens 64]
-                                    [--repeats 3] [--threads 2] [--llama-server PATH]
+                                    [--repeats 3] [--threads 2] [--parallel 4] [--llama-server PATH]
 
 Each stream asks for a greedy completion of --tokens tokens (end of text ignored) of its own
 prompt; a round starts all streams at once and ends when the last one finishes: aggregate
 tokens/s = tokens / wall time. The servers take turns (both idle while the other runs), and
 the medians over repeats are reported with each server's acceptance of drafted tokens.
+pymtp serves with --parallel (default 4, as llama-server's slots: batched steps); --parallel 1
+measures one generation at a time.
 """
 
 from __future__ import annotations
@@ -61,15 +63,16 @@ def llama_call(port: int, prompt: str, n: int) -> tuple[int, int, int]:
     return r.get("tokens_predicted", t.get("predicted_n", 0)), t.get("draft_n", 0), t.get("draft_n_accepted", 0)
 
 
-def round_(call, port: int, n_streams: int, tokens: int) -> tuple[float, float]:
-    """(aggregate tokens/s, acceptance) of one round of n_streams concurrent completions."""
-    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(n_streams)]
+def round_(call, port: int, n_streams: int, tokens: int, which: list[int] | None = None) -> tuple[float, float, list[float]]:
+    """(aggregate tokens/s, acceptance, each stream's acceptance) of one round of n_streams
+    concurrent completions."""
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in (which or range(n_streams))]
     t0 = time.perf_counter()
     with ThreadPoolExecutor(n_streams) as ex:
         out = list(ex.map(lambda p: call(port, p, tokens), prompts))
     dt = time.perf_counter() - t0
     toks, drafted, accepted = (sum(x[i] for x in out) for i in range(3))
-    return toks / dt, (accepted / drafted if drafted else 0.0)
+    return toks / dt, (accepted / drafted if drafted else 0.0), [a / d if d else 0.0 for _, d, a in out]
 
 
 def main() -> None:
@@ -79,6 +82,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--parallel", type=int, default=4, help="pymtp serve --parallel (default 4)")
     ap.add_argument("--llama-server", metavar="PATH")
     args = ap.parse_args()
     path = str(pymtp.load(args.model, n_ctx=512).model.path)
@@ -88,7 +92,7 @@ def main() -> None:
     p_port, l_port = free_port(), free_port()
     procs = [
         subprocess.Popen([sys.executable, "-m", "pymtp", "serve", "-m", path, "--port", str(p_port), "-c", "4096",
-                          "--threads", str(args.threads), "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+                          "--threads", str(args.threads), "--parallel", str(args.parallel), "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         subprocess.Popen([args.llama_server, "-m", path, "--port", str(l_port), "-c", "4096", "--parallel", "4",
                           "--spec-type", "draft-mtp", "-t", str(args.threads), "-tb", str(args.threads)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
@@ -109,7 +113,17 @@ def main() -> None:
             table[f"{name} {n}"] = {"tokens_per_s": tps, "acceptance": acc}
             print(f"{name:12s} {n} streams: {tps:7.1f} tok/s aggregate, acceptance {acc:.2f} "
                   f"(runs: {', '.join(f'{x[0]:.1f}' for x in v)})", flush=True)
-        print(json.dumps({"model": path, "system": pymtp.system_info(), "tokens": args.tokens, "table": table}, indent=1))
+        # each of the first 4 prompts alone, against its stream in the 4-stream rounds
+        n4 = min(4, max(int(x) for x in args.streams.split(",")))
+        alone = [[round_(pymtp_call, p_port, 1, args.tokens, [i])[1] for _ in range(args.repeats)] for i in range(n4)]
+        together = [[r[2][i] for r in rows.get(("pymtp", n4), [])] for i in range(n4)]
+        per_stream = []
+        for i in range(n4):
+            a, t = statistics.median(alone[i]), statistics.median(together[i]) if together[i] else float("nan")
+            per_stream.append({"prompt": PROMPTS[i], "alone": a, f"in {n4} streams": t})
+            print(f"pymtp acceptance of prompt {i}: alone {a:.3f}, in {n4} streams {t:.3f} ({100 * (t - a):+.1f} points)")
+        print(json.dumps({"model": path, "system": pymtp.system_info(), "tokens": args.tokens, "parallel": args.parallel,
+                          "table": table, "per_stream_acceptance": per_stream}, indent=1))
     finally:
         for p in procs:
             p.terminate()

@@ -10,8 +10,11 @@ every /v1 request need ``Authorization: Bearer KEY``.
     app = create_app(pymtp.load("model.gguf"))
     serve(app, port=8000)          # or: uvicorn.run(app, ...)
 
-Generations run one at a time (an asyncio lock; generation runs in a worker
-thread, so the event loop stays responsive); the n choices of a request run in turn. Responses carry the standard
+With ``create_app(..., parallel=N)`` (``pymtp serve --parallel N``, default 4) up to N
+requests run together in batched speculative steps (server.batched, pymtp.batch), and the n
+choices of a request run together; with parallel=1 generations run one at a time on the
+session (server.runner). Either way generation runs in a worker thread, so the event loop stays
+responsive. Responses carry the standard
 ``usage`` and a ``pymtp`` extension object with the speculation stats::
 
     "pymtp": {"acceptance_rate": 0.62, "mean_accepted": 1.4, "tokens_per_second": 88.1,

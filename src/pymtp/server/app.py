@@ -39,12 +39,12 @@ def create_app(model, *, model_name: str | None = None, chat_template: str | Non
     parallel: requests that run together in batched speculative steps (pymtp.batch; each of
     slot_ctx positions, default the session's n_ctx); 1: one at a time on the session."""
     api_key = check_api_key(api_key)
+    if not 1 <= parallel <= 64:
+        raise ValueError(f"parallel must be in [1, 64], got {parallel}")
     session, made = as_session(model)
     m = session.model
     model_id = model_name or m.path.stem
     metrics = Metrics()
-    if not 1 <= parallel <= 64:
-        raise ValueError(f"parallel must be in [1, 64], got {parallel}")
     runner = (BatchRunner(session, metrics, n_seq=parallel, n_ctx=slot_ctx) if parallel > 1
               else Runner(session, metrics))
     jobs = JobMaker(session, model_id, chat_template=chat_template, defaults=defaults)
