@@ -45,6 +45,7 @@ class FakeDraft:
 
     def __init__(self, n_heads: int = 1, n_batch: int = 16, confidence: dict | None = None) -> None:
         self.model = SimpleNamespace(n_embd=N_EMBD, n_mtp_layers=n_heads)
+        self.n_vocab = N_VOCAB
         self.n_batch = n_batch
         self.head = 0
         self.cells: set[int] = set()                           # positions the KV holds
@@ -260,6 +261,21 @@ def test_chained_heads_feed_every_head_then_draft_one_token_each():
     assert ctx.cells == {1, 2} and d._kv_end == 3
     for layer in ctx.layers:
         assert {p: layer[p] for p in (1, 2)} == {1: (11, 0.0), 2: (12, 1.0)}
+
+
+def test_heads_first_drafts_with_head_0_alone():
+    """SpecConfig(heads="first") on a chained model: head 0 recurses on its own rows like a
+    single-head model (drafts longer than the head count), and only head 0 is fed."""
+    ctx = FakeDraft(n_heads=3)
+    d = MTPDrafter(ctx)
+    d.configure(SpecConfig(heads="first", draft_vocab=0))
+    assert not d.chained and d.max_draft == 16
+    d.observe([10, 11, 12], 0, H(0, 3))
+    draft = d.propose(13, 3, 5, sampler(), [10, 11, 12, 13])
+    assert len(draft.tokens) == 5
+    assert all(c[0] != "set_head" or c[1] == 0 for c in ctx.calls)
+    d.configure(SpecConfig(heads="chain", draft_vocab=0))             # back: the head KV starts over
+    assert d.chained and d.max_draft == 3 and d._kv_end == 0
 
 
 # ---- the invariant over many steps -------------------------------------------------------------------

@@ -208,3 +208,26 @@ def test_top_logprobs_are_the_rows_likeliest_tokens(models):
     with pytest.raises(ValueError, match="top_logprobs"):
         pymtp.generate(prompt, s, max_tokens=2, top_logprobs=21)
     assert pymtp.generate(prompt, s, max_tokens=2).top_logprobs is None
+
+
+@pytest.mark.parametrize("family", ["step35", "mimo2"])
+def test_chained_models_drafting_with_head_0_are_lossless(models, family, same_greedy):
+    """heads="first": head 0 drafts every token of drafts longer than the head count; greedy
+    output equals plain decoding, alone and in a batch."""
+    from pymtp import Batch, GenerationConfig
+    model = models(family)
+    texts = [model.tokenize(t) for t in prompts(6)]
+    longest = 0
+    for k in (1, 3, 5):
+        cfg = SpecConfig(n_draft=k, adaptive=False, heads="first")
+        for p in texts:
+            plain = _plain(model, p)
+            r = pymtp.generate(p, model, max_tokens=N_TOKENS, speculative=cfg, ignore_eos=True)
+            same_greedy(model, p, r.tokens, plain.tokens)
+            longest = max(longest, max((i + 1 for i, n in enumerate(r.stats.drafted_at) if n), default=0))
+        with Batch(model, n_seq=3, n_ctx=128, spec=cfg) as b:
+            items = [b.add(p, limits=GenerationConfig(max_tokens=N_TOKENS, ignore_eos=True)) for p in texts[:3]]
+            b.run()
+        for p, it in zip(texts, items):
+            same_greedy(model, p, it.result.tokens, _plain(model, p).tokens)
+    assert longest == 5 > model.model.n_mtp_layers

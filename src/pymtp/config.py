@@ -72,6 +72,11 @@ class SpecConfig(BaseModel):
         "earlier in the text (prompt lookup, no model call; works without MTP blocks); hybrid: lookup "
         "where it matches, the MTP head elsewhere (pymtp.hybrid)")
     ngram: int = Field(3, ge=1, le=16, description="prompt lookup: the longest suffix it matches")
+    heads: Literal["chain", "first"] = Field(
+        "chain", description="models with several MTP heads (step35, mimo2): chain: head i drafts token i+1, "
+        "as llama.cpp's driver does (drafts of at most the head count; every head is fed the accepted "
+        "tokens); first: head 0 drafts every token, recursing on its own hidden row like a single-head "
+        "model (one head to feed, drafts up to n_draft)")
     # 4096 measured best on the default model: draft cost / 4.25, acceptance at draft length 1
     # within a point of the whole vocabulary, short and long contexts (tools/measure_draft_vocab.py).
     draft_vocab: int = Field(

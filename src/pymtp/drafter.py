@@ -120,7 +120,7 @@ class MTPDrafter(Drafter):
         model = draft.model
         self.n_embd = model.n_embd
         self.n_heads = max(1, model.n_mtp_layers)
-        self.chained = self.n_heads > 1
+        self.chained = self.n_heads > 1      # SpecConfig.heads "chain" (configure may switch it off)
         # Accepted tokens not yet in the draft KV, and the hidden row each pairs with;
         # the row after the last of them (`pending`) pairs with the newest token.
         cap = draft.n_batch + 1
@@ -145,8 +145,13 @@ class MTPDrafter(Drafter):
         return self.ctx.n_writes
 
     def configure(self, spec: SpecConfig) -> None:
-        """A trimmed draft vocabulary of spec.draft_vocab tokens where the model allows one
-        (``vocab_size`` says what is used; 0: the whole vocabulary)."""
+        """How several heads draft (spec.heads), and a trimmed draft vocabulary of
+        spec.draft_vocab tokens where the model allows one (``vocab_size`` says what is used;
+        0: the whole vocabulary)."""
+        chained = self.n_heads > 1 and spec.heads == "chain"
+        if chained != self.chained:
+            self.reset()                 # the heads' KV layers were fed for the other way
+            self.chained = chained
         n = spec.draft_vocab if spec.draft_vocab < self.ctx.n_vocab else 0
         if n == self._vocab_asked:
             return
@@ -179,7 +184,7 @@ class MTPDrafter(Drafter):
 
     def reset(self) -> None:
         """Forget everything fed so far (a new text, or a step that failed half-way)."""
-        if self.chained:
+        if self.n_heads > 1:
             self.ctx.set_head(0)
         self.rollback.trim(0)
         self._feed.clear()
@@ -204,7 +209,7 @@ class MTPDrafter(Drafter):
         return HeadState(self.ctx.get_state(), self._kv_end, self._rows[0].copy() if self._has_pending else None)
 
     def load(self, saved: HeadState) -> None:
-        if self.chained:
+        if self.n_heads > 1:
             self.ctx.set_head(0)
         self.ctx.set_state(saved.kv)
         self._feed.clear()

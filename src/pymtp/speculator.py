@@ -86,12 +86,13 @@ class MTPSpeculator:
     def configure(self, spec: SpecConfig) -> None:
         """Use these speculation settings from the next start() on."""
         self.spec = spec
+        if self.drafter:
+            self.drafter.configure(spec)              # first: it may change max_draft
         n_max = min(spec.n_draft, self.drafter.max_draft) if self.drafter else 0
         self.n_max_draft = n_max
         self.policy = DraftPolicy(spec, n_max) if self.drafter else None
         self.rollback = rollback_for(self.target, n_max)
         if self.drafter:
-            self.drafter.configure(spec)
             self.drafter.verify_cost = self.policy.verify_cost     # for drafters that weigh costs
         if self.sampler is None or self.sampler.n_slots < n_max + 1:
             self.sampler = Sampler(self.sampling, n_slots=n_max + 1, n_vocab=self.model.n_vocab)  # q per position

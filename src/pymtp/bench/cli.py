@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"named sampling settings instead of --temps, for pymtp and llama.cpp alike: "
                          f"{', '.join(PRESETS)} (qwen: T=0.7, top-p 0.8, top-k 20, repetition penalty 1.05)")
     ap.add_argument("--drafts", type=_csv(int), default=[1, 2, 3, 4], help="fixed draft lengths (default 1,2,3,4)")
+    ap.add_argument("--heads", type=_csv(str), default=["chain"], metavar="MODES",
+                    help="models with several MTP heads: chain (head i drafts token i+1), first (head 0 "
+                         "drafts every token), or both: chain,first (default chain; first adds mtp-K-first)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=None, help="threads for every engine (default: all cores)")
@@ -112,6 +115,8 @@ def _check_args(args: argparse.Namespace) -> None:
             raise BenchError(f"--{name.replace('_', '-')} must be at least 1")
     if any(k < 1 for k in args.drafts):
         raise BenchError("--drafts must be positive")
+    if not args.heads or any(h not in ("chain", "first") for h in args.heads):
+        raise BenchError("--heads takes chain, first or chain,first")
     args.settings = settings(args.sampling, args.temps)
     if not args.settings:
         raise BenchError("no sampling settings: give --temps or --sampling")
@@ -134,7 +139,7 @@ def _main(args: argparse.Namespace) -> int:
         prompts += prose_prompts(args.n_prompts)
 
     llama = None if args.no_llama_cpp else ensure_llama_tools(args.llama_src, bin_dir=args.llama_bin)
-    variants = make_variants(args.drafts, llama is not None)
+    variants = make_variants(args.drafts, llama is not None, args.heads)
 
     result: dict[str, Any] = {
         "schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -23,15 +23,17 @@ class Variant:
     engine: str            # "pymtp" | "llama.cpp"
     n_draft: int | None    # None: plain decoding
     adaptive: bool = False
+    heads: str = "chain"   # SpecConfig.heads (models with several MTP heads)
 
     @property
     def speculative(self) -> bool:
         return self.n_draft is not None
 
 
-def make_variants(drafts: Sequence[int], llama_cpp: bool) -> list[Variant]:
+def make_variants(drafts: Sequence[int], llama_cpp: bool, heads: Sequence[str] = ("chain",)) -> list[Variant]:
     vs = [Variant("plain", "pymtp", None)]
-    vs += [Variant(f"mtp-{k}", "pymtp", k) for k in drafts]
+    for h in heads:
+        vs += [Variant(f"mtp-{k}" + ("" if h == "chain" else f"-{h}"), "pymtp", k, heads=h) for k in drafts]
     vs.append(Variant("mtp-adaptive", "pymtp", max(drafts, default=SpecConfig().n_draft), adaptive=True))
     if llama_cpp:
         vs += [Variant(f"llama-mtp-{k}", "llama.cpp", k) for k in drafts]
@@ -42,7 +44,7 @@ def make_variants(drafts: Sequence[int], llama_cpp: bool) -> list[Variant]:
 def _spec_arg(v: Variant) -> SpecConfig | bool:
     if not v.speculative:
         return False
-    return SpecConfig(n_draft=v.n_draft, adaptive=v.adaptive)
+    return SpecConfig(n_draft=v.n_draft, adaptive=v.adaptive, heads=v.heads)
 
 
 def _setting(temp: float | SamplingSetting) -> SamplingSetting:
