@@ -641,6 +641,24 @@ int pymtp_draft_set_vocab(pymtp_ctx * c, const int32_t * ids, int32_t n) {
     GUARD_END
 }
 
+// Decode the batch filled in c->batch (n_tokens rows, n_out of them with logits).
+static int process_batch(pymtp_ctx * c, int32_t n_tokens, int32_t n_out) {
+    c->last_tokens = 0;
+    c->last_outputs = 0;
+    const int32_t rc = llama_process(c->ctx, LLAMA_PROCESS_TYPE_DECODE, c->batch);
+    if (rc != 0) {
+        const char * why = rc == 1 ? "no KV cache slot for the batch (context full)"
+                         : rc == 2 ? "aborted"
+                         : rc == -1 ? "invalid batch"
+                         : "fatal error (the sequences may hold part of the batch)";
+        return fail(PYMTP_ERR_DECODE, "decode failed: %s (code %d)", why, rc);
+    }
+    c->last_tokens = n_tokens;
+    c->last_outputs = n_out;
+    c->last_batch = n_tokens;
+    return PYMTP_OK;
+}
+
 int pymtp_decode(pymtp_ctx * c, const int32_t * tokens, int32_t n_tokens, int32_t pos0, int32_t seq_id,
                  const uint8_t * output, const float * hidden_first, const float * hidden_rest) {
     CHECK_CTX(c);
@@ -704,19 +722,7 @@ int pymtp_decode(pymtp_ctx * c, const int32_t * tokens, int32_t n_tokens, int32_
             llama_batch_ext_set_embd_token(b, idx, llama_embd{h, 1, (size_t) c->n_embd});
         }
     }
-    c->last_tokens = 0;
-    c->last_outputs = 0;
-    const int32_t rc = llama_process(c->ctx, LLAMA_PROCESS_TYPE_DECODE, b);
-    if (rc != 0) {
-        const char * why = rc == 1 ? "no KV cache slot for the batch (context full)"
-                         : rc == 2 ? "aborted"
-                         : rc == -1 ? "invalid batch"
-                         : "fatal error (the sequence may hold part of the batch)";
-        return fail(PYMTP_ERR_DECODE, "decode failed: %s (code %d)", why, rc);
-    }
-    c->last_tokens = n_tokens;
-    c->last_outputs = n_out;
-    c->last_batch = n_tokens;
+    if (int rc = process_batch(c, n_tokens, n_out)) return rc;
     if (c->vocab) {
         if (!draft_capture_done(c->capture)) {
             return fail(PYMTP_ERR_UNSUPPORTED, "this model's MTP graph gave no h_nextn row to capture: "
@@ -798,19 +804,7 @@ int pymtp_decode_rows(pymtp_ctx * c, const int32_t * tokens, const int32_t * pos
             llama_batch_ext_set_embd_token(b, idx, llama_embd{hidden + (size_t) i * c->n_embd, 1, (size_t) c->n_embd});
         }
     }
-    c->last_tokens = 0;
-    c->last_outputs = 0;
-    const int32_t rc = llama_process(c->ctx, LLAMA_PROCESS_TYPE_DECODE, b);
-    if (rc != 0) {
-        const char * why = rc == 1 ? "no KV cache slot for the batch (context full)"
-                         : rc == 2 ? "aborted"
-                         : rc == -1 ? "invalid batch"
-                         : "fatal error (the sequences may hold part of the batch)";
-        return fail(PYMTP_ERR_DECODE, "decode failed: %s (code %d)", why, rc);
-    }
-    c->last_tokens = n_tokens;
-    c->last_outputs = n_out;
-    c->last_batch = n_tokens;
+    if (int rc = process_batch(c, n_tokens, n_out)) return rc;
     if (c->vocab) {
         const int32_t m = (int32_t) c->trim_idx.size();
         if (m > 0 && !draft_capture_done(c->capture)) {

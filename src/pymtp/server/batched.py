@@ -19,9 +19,8 @@ from typing import AsyncIterator, Callable
 
 from ..batch import Batch, BatchItem
 from ..session import Session
-from ..stats import GenerationResult
 from .metrics import Metrics
-from .runner import Job
+from .runner import Job, RunnerBase
 
 __all__ = ["BatchRunner"]
 
@@ -34,7 +33,7 @@ class _Request:
     reported: int = 0                       # tokens whose logprobs went out already
 
 
-class BatchRunner:
+class BatchRunner(RunnerBase):
     """Runs up to n_seq generations together on session's model (n_ctx positions each)."""
 
     def __init__(self, session: Session, metrics: Metrics | None = None, *, n_seq: int = 4,
@@ -68,19 +67,6 @@ class BatchRunner:
                     return
         finally:
             cancel.set()
-
-    async def run(self, job: Job) -> GenerationResult:
-        last: tuple[str, object] = ("error", RuntimeError("the generation ended without a result"))
-        async for last in self.stream(job):
-            pass
-        kind, value = last
-        if kind == "error":
-            raise value
-        return value
-
-    async def run_all(self, jobs: list[Job]) -> list[GenerationResult]:
-        """The results of jobs run together (the first error is raised)."""
-        return list(await asyncio.gather(*(self.run(j) for j in jobs)))
 
     async def stream_choices(self, jobs: list[Job]) -> AsyncIterator[tuple[int, str, object]]:
         """(choice index, kind, value) of every job's stream, as they come: the choices run

@@ -20,7 +20,7 @@ from ..session import Session
 from ..stats import GenerationResult
 from .metrics import Metrics
 
-__all__ = ["Job", "Runner"]
+__all__ = ["Job", "Runner", "RunnerBase"]
 
 
 @dataclass
@@ -42,13 +42,11 @@ class Job:
         return self.spec is not None
 
 
-class Runner:
-    """Serializes generations on a Session; each runs in its own worker thread."""
+class RunnerBase:
+    """What a runner offers the app besides stream(job): run(job) and run_all(jobs)."""
 
-    def __init__(self, session: Session, metrics: Metrics | None = None) -> None:
-        self.session = session
-        self.lock = asyncio.Lock()
-        self.metrics = metrics or Metrics()
+    def stream(self, job: Job) -> AsyncIterator[tuple[str, object]]:
+        raise NotImplementedError
 
     async def run(self, job: Job) -> GenerationResult:
         """Run job to its end; its result (or its exception, raised here)."""
@@ -59,6 +57,19 @@ class Runner:
         if kind == "error":
             raise value
         return value
+
+    async def run_all(self, jobs: list[Job]) -> list[GenerationResult]:
+        """The results of jobs (the first error is raised)."""
+        return list(await asyncio.gather(*(self.run(j) for j in jobs)))
+
+
+class Runner(RunnerBase):
+    """Serializes generations on a Session; each runs in its own worker thread."""
+
+    def __init__(self, session: Session, metrics: Metrics | None = None) -> None:
+        self.session = session
+        self.lock = asyncio.Lock()
+        self.metrics = metrics or Metrics()
 
     async def run_all(self, jobs: list[Job]) -> list[GenerationResult]:
         """The results of jobs, run in turn (the first error is raised)."""
