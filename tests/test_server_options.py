@@ -163,6 +163,14 @@ def test_parallel_must_be_in_range(models):
             create_app(models("glm4moe"), parallel=bad)
 
 
+def test_a_batch_the_server_cannot_make_is_an_error_not_a_hang(models):
+    """parallel > 1 with slots too large for llama.cpp: each request gets the error at once."""
+    with _Server(create_app(models("glm4moe"), model_name="m", parallel=4, slot_ctx=1 << 23)) as srv:
+        for _ in range(2):
+            status, _, body = call(f"{srv.url}/v1/completions", {"prompt": "hi", "max_tokens": 2})
+            assert status >= 400 and "n_ctx" in error_of(body)["message"]
+
+
 def test_cli_api_key_from_the_environment(monkeypatch, gguf):
     import pymtp.server as server
     from pymtp.cli import EXIT_OK, EXIT_USAGE, main

@@ -105,7 +105,13 @@ class BatchRunner(RunnerBase):
     def _work(self) -> None:
         waiting: deque[_Request] = deque()
         live: dict[int, tuple[BatchItem, _Request]] = {}
-        batch = Batch(self.session, self.n_seq, n_ctx=self.n_ctx, spec=None)
+        try:
+            batch = Batch(self.session, self.n_seq, n_ctx=self.n_ctx, spec=None)
+        except BaseException as e:  # noqa: BLE001 - no contexts: every request hears why
+            while True:
+                req = self._inbox.get()
+                self.metrics.add("queue_depth", -1)
+                req.put(("error", e))
         try:
             while True:
                 try:                    # wait for work only when there is none
