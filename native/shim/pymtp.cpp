@@ -153,6 +153,7 @@ static void ensure_init() {
     static std::once_flag once;
     std::call_once(once, [] {
         llama_log_set(on_log, nullptr);
+        void shim_load_backends(); shim_load_backends();  // backends.h: a portable build's backend libraries
         llama_backend_init();
     });
 }
