@@ -542,9 +542,12 @@ def test_generate_parameters_raise_only_python_errors(fuzz_model, prompt, kwargs
         return
     except ALLOWED:
         return
-    assert r.finish_reason in ("stop", "length", "context")
-    assert len(r.tokens) <= max(0, int(kwargs["max_tokens"]))
-    assert all(0 <= t < m.n_vocab for t in r.tokens)
+    for one in (r if isinstance(r, list) else [r]):       # a list of prompts: one result each
+        assert one.finish_reason in ("stop", "length", "context")
+        assert len(one.tokens) <= max(0, int(kwargs["max_tokens"]))
+        assert all(0 <= t < m.n_vocab for t in one.tokens)
+    if isinstance(r, list):
+        assert len(r) == len(prompt)
 
 
 def test_the_model_is_healthy_after_the_api_fuzz(fuzz_model, gguf):

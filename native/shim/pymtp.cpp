@@ -9,6 +9,7 @@
 #pragma GCC visibility pop
 #include "gguf_check.h"   // refuses corrupt GGUF files before llama.cpp would abort on them
 #include "shim_internal.h"
+#include "backends.h"
 
 #include "llama.h"
 #include "llama-ext.h"
@@ -153,7 +154,7 @@ static void ensure_init() {
     static std::once_flag once;
     std::call_once(once, [] {
         llama_log_set(on_log, nullptr);
-        void shim_load_backends(); shim_load_backends();  // backends.h: a portable build's backend libraries
+        shim_load_backends();  // backends.h: a portable build's backend libraries
         llama_backend_init();
     });
 }
