@@ -116,6 +116,18 @@ def test_completion_matches_library(client, models):
     assert isinstance(ext["acceptance_by_position"], list) and ext["acceptance_by_position"]
 
 
+def test_draft_settings_per_request(client, models):
+    """n_draft and p_min (extensions) size each request's drafts: p_min 1 drafts nothing, and the
+    text stays the same."""
+    kw = dict(model="fixture-chat", prompt="def f(x):", max_tokens=16, temperature=0)
+    ref = client.completions.create(**kw)
+    none = client.completions.create(**kw, extra_body={"p_min": 1.0})
+    one = client.completions.create(**kw, extra_body={"n_draft": 1})
+    assert none.choices[0].text == one.choices[0].text == ref.choices[0].text
+    assert none.model_extra["pymtp"]["n_drafted"] == 0 < ref.model_extra["pymtp"]["n_drafted"]
+    assert len(one.model_extra["pymtp"]["acceptance_by_position"]) == 1
+
+
 def test_completion_plain_and_token_prompt(client, served):
     toks = served.model.tokenize("hello")
     r1 = client.completions.create(model="fixture-chat", prompt=toks, max_tokens=8, extra_body={"speculative": False})

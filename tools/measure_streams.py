@@ -83,6 +83,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--parallel", type=int, default=4, help="pymtp serve --parallel (default 4)")
+    ap.add_argument("--p-min", type=float, default=None,
+                    help="pymtp serve --p-min (default: pymtp's, 0; llama-server drafts with its default 0.75)")
     ap.add_argument("--llama-server", metavar="PATH")
     args = ap.parse_args()
     path = str(pymtp.load(args.model, n_ctx=512).model.path)
@@ -92,7 +94,8 @@ def main() -> None:
     p_port, l_port = free_port(), free_port()
     procs = [
         subprocess.Popen([sys.executable, "-m", "pymtp", "serve", "-m", path, "--port", str(p_port), "-c", "4096",
-                          "--threads", str(args.threads), "--parallel", str(args.parallel), "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+                          "--threads", str(args.threads), "--parallel", str(args.parallel), "-q",
+                          *(["--p-min", str(args.p_min)] if args.p_min is not None else [])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         subprocess.Popen([args.llama_server, "-m", path, "--port", str(l_port), "-c", "4096", "--parallel", "4",
                           "--spec-type", "draft-mtp", "-t", str(args.threads), "-tb", str(args.threads)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
@@ -122,7 +125,7 @@ def main() -> None:
             a, t = statistics.median(alone[i]), statistics.median(together[i]) if together[i] else float("nan")
             per_stream.append({"prompt": PROMPTS[i], "alone": a, f"in {n4} streams": t})
             print(f"pymtp acceptance of prompt {i}: alone {a:.3f}, in {n4} streams {t:.3f} ({100 * (t - a):+.1f} points)")
-        print(json.dumps({"model": path, "system": pymtp.system_info(), "tokens": args.tokens, "parallel": args.parallel,
+        print(json.dumps({"model": path, "system": pymtp.system_info(), "tokens": args.tokens, "parallel": args.parallel, "p_min": args.p_min,
                           "table": table, "per_stream_acceptance": per_stream}, indent=1))
     finally:
         for p in procs:

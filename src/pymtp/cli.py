@@ -225,6 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help="default max_tokens when a request gives none (default 256)")
     s.add_argument("--no-spec", action="store_true", help="serve with plain decoding")
+    s.add_argument("--n-draft", type=int, default=None, metavar="K",
+                   help="most tokens drafted per step when a request gives no n_draft (default 3)")
+    s.add_argument("--p-min", type=float, default=None, metavar="P",
+                   help="stop drafting when the head's top probability is below P, when a request gives no "
+                        "p_min (default 0; llama-server's --spec-draft-p-min default is 0.75)")
     s.add_argument("--parallel", type=int, default=4, metavar="N",
                    help="requests that run together, in batched speculative steps, each with --n-ctx positions "
                         "(default 4; 1: one at a time)")
@@ -461,6 +466,9 @@ def cmd_serve(args) -> int:
         defaults = {"speculative": False} if (args.no_spec or args.no_mtp or not mtp) else {}
         if args.max_tokens is not None:
             defaults["max_tokens"] = args.max_tokens
+        for name in ("n_draft", "p_min"):
+            if getattr(args, name) is not None:
+                defaults[name] = getattr(args, name)
         if args.temperature is not None:
             if not 0.0 <= args.temperature <= 2.0:
                 raise CliError(f"--temperature must be in [0, 2], got {args.temperature}")

@@ -163,8 +163,8 @@ class JobMaker:
                                       stop=tuple(stops), ignore_eos=pick("ignore_eos", False))
             spec = None
             if speculative:
-                n_draft = pick("n_draft", None)
-                spec = SpecConfig(n_draft=n_draft) if n_draft is not None else SpecConfig()
+                given = {k: pick(k, None) for k in ("n_draft", "p_min")}
+                spec = SpecConfig(**{k: v for k, v in given.items() if v is not None})
         except ValidationError as e:
             raise validation_error(e.errors()) from None
         return Job(prompt, sampling, spec, limits, logprobs=want_logprobs, top_logprobs=top)

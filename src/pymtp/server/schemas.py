@@ -73,6 +73,7 @@ class CommonRequest(BaseModel):
     ignore_eos: Optional[bool] = None
     speculative: Optional[bool] = None
     n_draft: Optional[int] = Field(None, ge=1, le=16)
+    p_min: Optional[float] = Field(None, ge=0.0, le=1.0)
 
     def wants_usage(self) -> bool:
         """Whether a stream should end with a usage chunk (stream_options.include_usage)."""
