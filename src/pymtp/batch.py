@@ -255,9 +255,8 @@ class Batch:
             seqs += [it.seq_id] * len(toks)
             flags += [0] * (len(toks) - 1) + [1 if outputs else 0]
             it.speculator.drafter.ctx.n_writes += 1
-        hidden = np.concatenate([h[:len(t)] for _, t, h, _ in parts]).astype(np.float32, copy=False)
-        self.draft.decode_rows(tokens, pos, seqs, output=np.array(flags, dtype=np.uint8),
-                               hidden=np.ascontiguousarray(hidden))
+        hidden = np.concatenate([h[:len(t)] for _, t, h, _ in parts])      # float32 rows, one array
+        self.draft.decode_rows(tokens, pos, seqs, output=np.array(flags, dtype=np.uint8), hidden=hidden)
 
     def _choose(self, items: list[BatchItem], order: list[int], drafts: list[Draft], where: list[int]) -> list[int]:
         """Each drafting sequence picks its next token from its row of the last draft decode

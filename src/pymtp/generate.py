@@ -136,7 +136,7 @@ class TextStream:
                         logprobs=self.logprobs, top_logprobs=self.top_logprobs)
         out = TextOutput(session, limits, logprobs=self.logprobs, top_logprobs=self.top_logprobs,
                          constraint=self.constraint)
-        # read while streaming (the server)
+        self.out = out                   # read while streaming (the server)
         self.tokens, self.token_logprobs, self.token_tops = out.tokens, out.token_logprobs, out.token_tops
         while out.finish is None:
             with session.lock:

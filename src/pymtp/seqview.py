@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import DraftContext, TargetContext
+from .model import DraftContext, TargetContext, _Context
 
 
 class _SeqView:
@@ -38,10 +38,7 @@ class _SeqView:
     def pos_min(self) -> int:
         return self.ctx.pos_min(self.seq_id)
 
-    def min_cut(self) -> int:
-        n_swa = self.model.n_swa
-        lo = self.pos_min() if n_swa else 0
-        return lo + n_swa if lo > 0 else 0
+    min_cut = _Context.min_cut          # the context's rule, on this view's pos_min()
 
     def get_state(self, *, partial: bool = False) -> np.ndarray:
         return self.ctx.get_state(self.seq_id, partial=partial)

@@ -80,6 +80,13 @@ class TextOutput:
         self.sent = max(self.sent, safe)
         return piece
 
+    def entries(self, start: int) -> list[tuple[int, float, list | None]]:
+        """(token, log p, its row's top alternatives or None) of the tokens from start on
+        (with logprobs on)."""
+        n = len(self.token_logprobs)
+        tops = self.token_tops[start:n] if self.top_logprobs else [None] * (n - start)
+        return list(zip(self.tokens[start:n], self.token_logprobs[start:n], tops))
+
     def result(self, prompt_tokens: list[int], stats: SpecStats) -> GenerationResult:
         return GenerationResult(self.text, self.tokens, prompt_tokens, self.finish, stats,
                                 self.token_logprobs if self.logprobs else None,

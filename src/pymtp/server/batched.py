@@ -162,10 +162,9 @@ class BatchRunner(RunnerBase):
             out = item.out
             if piece:
                 if req.job.logprobs and len(out.token_logprobs) > req.reported:
-                    n = len(out.token_logprobs)
-                    tops = out.token_tops[req.reported:n] if req.job.top_logprobs else [None] * (n - req.reported)
-                    req.put(("logprobs", list(zip(out.tokens[req.reported:n], out.token_logprobs[req.reported:n], tops))))
-                    req.reported = n
+                    new = out.entries(req.reported)
+                    req.put(("logprobs", new))
+                    req.reported += len(new)
                 req.put(("piece", piece))
         for seq, (item, req) in list(live.items()):
             if item.finished:

@@ -106,10 +106,9 @@ class Runner(RunnerBase):
                     if cancel.is_set():
                         break
                     if job.logprobs and len(s.token_logprobs) > reported:
-                        n = len(s.token_logprobs)
-                        tops = s.token_tops[reported:n] if job.top_logprobs else [None] * (n - reported)
-                        put(("logprobs", list(zip(s.tokens[reported:n], s.token_logprobs[reported:n], tops))))
-                        reported = n
+                        new = s.out.entries(reported)
+                        put(("logprobs", new))
+                        reported += len(new)
                     put(("piece", piece))
                 else:
                     metrics.generation_done(s.result)
