@@ -18,6 +18,7 @@ import hashlib
 import itertools
 import json
 import random
+import time
 from pathlib import Path
 
 TASKS = [
@@ -106,3 +107,76 @@ def generate_texts(model, out: Path, *, n_chat: int, n_prose: int, max_tokens: i
 def read_texts(path: Path) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f]
+
+
+def code_prompts(model, *, n: int, seed: int, n_tokens: int = 64) -> list[tuple[bool, list[int]]]:
+    """(held_out, tokens) openings cut from stdlib files at a line start, for the trunk to
+    continue: training files give training items, held-out files held-out ones."""
+    from . import data
+
+    rng = random.Random(seed)
+    train_files, held_files = data.split_files()
+    out = []
+    for held, files, count in ((False, train_files, n - n // 10), (True, held_files, n // 10)):
+        files = list(files)
+        rng.shuffle(files)
+        for rel in files:
+            if sum(1 for h, _ in out if h == held) >= count:
+                break
+            text = data.read_text(rel)
+            if not text or len(text) < 400:
+                continue
+            starts = [i + 1 for i, c in enumerate(text[:-200]) if c == "\n"]
+            if not starts:
+                continue
+            toks = model.tokenize(text[rng.choice(starts):], add_special=False)[:n_tokens]
+            if len(toks) == n_tokens:
+                out.append((held, toks))
+    return out
+
+
+def generate_many(model, out: Path, *, n_code: int, max_tokens: int, seed: int, batch: int = 64,
+                  greedy_share: float = 0.5) -> Path:
+    """More of the trunk's own text, `batch` prompts to a pymtp.generate call (8 decode
+    together, a finished one's slot takes the next): every instruction (chat) and opening
+    (prose), plus n_code continuations of stdlib code. Held-out items are greedy; a `greedy_share` of the training items too (acceptance
+    is measured and served greedily), the rest sampled at T=0.7, top-p 0.9 for variety."""
+    import pymtp
+
+    rng = random.Random(seed)
+    jobs = []
+    for src in instructions(seed):
+        prompt = model.apply_chat_template([{"role": "user", "content": src}])
+        jobs.append(("chat", src, held_out(src), model.tokenize(prompt, add_special=False, parse_special=True)))
+    for src in openings(seed):
+        jobs.append(("prose", src, held_out(src), model.tokenize(src, add_special=False)))
+    for held, toks in code_prompts(model, n=n_code, seed=seed):
+        jobs.append(("codegen", model.detokenize(toks[:8]), held, toks))
+    is_greedy = [held or rng.random() < greedy_share for _, _, held, _ in jobs]
+    greedy = [j for j, g in zip(jobs, is_greedy) if g]
+    sampled = [j for j, g in zip(jobs, is_greedy) if not g]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_suffix(".partial")      # whole chunks written so far: a rerun goes on from there
+    have = partial.read_text().splitlines(keepends=True) if partial.exists() else []
+    done = 0
+    with open(partial, "w") as f:
+        for group, temp in ((greedy, 0.0), (sampled, 0.7)):
+            for i in range(0, len(group), batch):
+                chunk = group[i:i + batch]
+                seed_ = rng.randrange(1 << 30)
+                if done + len(chunk) <= len(have):
+                    f.writelines(have[done:done + len(chunk)])
+                    done += len(chunk)
+                    continue
+                t0 = time.time()
+                rs = pymtp.generate([j[3] for j in chunk], model, max_tokens=max_tokens, speculative=False,
+                                    temperature=temp, top_p=0.9, seed=seed_)
+                for (kind, src, held, ptoks), r in zip(chunk, rs):
+                    f.write(json.dumps({"kind": kind, "source": src, "held_out": held, "prompt": list(ptoks),
+                                        "completion": r.tokens, "temperature": temp}) + "\n")
+                done += len(chunk)
+                f.flush()
+                print(f"  generated {done}/{len(jobs)} (T={temp}, {sum(len(r.tokens) for r in rs)} tokens in "
+                      f"{time.time() - t0:.1f} s)", flush=True)
+    partial.replace(out)
+    return out

@@ -1,7 +1,7 @@
 """Train the default model's NextN head on the frozen SmolLM2 trunk, by self-distillation.
 
-    python -m pymtp.train                      # every step, cached in build/pymtp-head
-    python -m pymtp.train --steps 1500 --seed 1234 --llama-threads 1
+    python -m pymtp.train                      # both stages, every step cached in build/pymtp-head
+    python -m pymtp.train --stage2-steps 0     # stage 1 alone
 
 Steps (each cached in --work; delete a file to redo its step):
 
@@ -10,11 +10,17 @@ Steps (each cached in --work; delete a file to redo its step):
 2. ``texts.jsonl``: chat answers and prose continuations the trunk writes (corpus.py).
 3. ``rows.npz``: llama.cpp's own hidden rows h(p) (output-normed, what the head is fed) for
    every training and held-out window, through pymtp.
-4. the head, trained so that softmax(W h_head(p)) matches the trunk's distribution at p+1,
-   softmax(W h(p+1)), for x(p+2); W is the trunk's tied output matrix, frozen. The KL runs
-   over the most frequent tokens of the training text (covering >99% of its tokens) to
-   keep a step cheap on CPU, plus a small MSE on the hidden row that anchors the rest.
-5. ``src/pymtp/models/smollm2-135m-nextn.gguf`` (the head alone, F16) with its loss curve.
+4. stage 1 (``stage1/``): the head, trained from the trunk's last block so that
+   softmax(W h_head(p)) matches the trunk's distribution at p+1, softmax(W h(p+1)), for
+   x(p+2); W is the trunk's tied output matrix, frozen. The KL runs over the most frequent
+   tokens of the training text (covering ~99% of its tokens) to keep a step cheap on CPU,
+   plus a small MSE on the hidden row that anchors the rest. Mostly stdlib code.
+5. ``texts2.jsonl`` / ``rows2.npz``: ~1,000 more trunk texts (every instruction and
+   opening, and continuations of stdlib code), half of the training ones and all held-out
+   ones greedy, generated 8 at a time; their rows, plus 100k tokens of stdlib code.
+6. stage 2: the stage-1 head trained further on those, at a lower learning rate.
+7. ``src/pymtp/models/smollm2-135m-nextn.gguf`` (the head alone, F16) with the loss curve
+   of both stages.
 
 Seeded; deterministic for a given seed, thread count and torch build.
 """
@@ -25,6 +31,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import random
 import time
 from pathlib import Path
@@ -34,7 +41,8 @@ import torch
 import torch.nn.functional as F
 
 from . import corpus, data
-from .head import HeadConfig, NextNHead, gguf_weights, init_from_trunk_block, num_params, write_head_gguf
+from .head import (HeadConfig, NextNHead, gguf_weights, init_from_trunk_block, num_params, read_head_gguf,
+                   write_head_gguf)
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
 HEAD_FILE = "smollm2-135m-nextn.gguf"
@@ -166,6 +174,95 @@ def loss_fn(head, W, Wsub, x, h, ht, mask, mse_weight: float):
     return kl + mse_weight * mse, kl.detach(), agree
 
 
+def vocab_subset(tokens: np.ndarray, n_vocab: int, size: int) -> tuple[torch.Tensor, float]:
+    """The `size` most frequent token ids of the training text (sorted) and their coverage."""
+    counts = np.bincount(tokens, minlength=n_vocab)
+    sub = np.sort(np.argsort(-counts, kind="stable")[:size])
+    return torch.from_numpy(sub), float(counts[sub].sum() / counts.sum())
+
+
+def fit(head, train: Rows, held: Rows, W, Wsub, *, steps: int, lr: float, batch: int, seq: int,
+        mse_weight: float, seed: int, step0: int = 0) -> list[dict]:
+    """AdamW with warm-up and cosine decay; the curve: train figures every 10 steps, held-out
+    every 50 (steps numbered from step0, so two stages make one curve)."""
+    seed_all(seed)
+    rng = np.random.default_rng(seed)
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    warm = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    eval_batches = [held.batch(np.random.default_rng(seed + 1 + i), batch, seq) for i in range(4)]
+    curve = []
+    head.train()
+    t0 = time.time()
+    for step in range(steps + 1):
+        if step % 50 == 0 or step == steps:
+            head.eval()
+            with torch.no_grad():
+                ev = [loss_fn(head, W, Wsub, *b, mse_weight) for b in eval_batches]
+            head.train()
+            ekl = float(np.mean([e[1] for e in ev]))
+            eacc = float(np.mean([e[2] for e in ev]))
+            curve.append({"step": step0 + step, "held_kl": round(ekl, 5), "held_top1": round(eacc, 5),
+                          "seconds": round(time.time() - t0, 1)})
+            print(f"step {step0 + step}: held-out KL {ekl:.4f}, top-1 agreement {eacc:.4f} ({time.time() - t0:.0f} s)",
+                  flush=True)
+        if step == steps:
+            break
+        loss, kl, acc = loss_fn(head, W, Wsub, *train.batch(rng, batch, seq), mse_weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 10 == 0:
+            curve.append({"step": step0 + step, "train_loss": round(float(loss), 5), "train_kl": round(float(kl), 5),
+                          "train_top1": round(float(acc), 5), "seconds": round(time.time() - t0, 1)})
+            print(f"  step {step0 + step}: train KL {float(kl):.4f}, top-1 {float(acc):.3f} ({time.time() - t0:.0f} s)",
+                  flush=True)
+    head.eval()
+    return curve
+
+
+def write_curve(path: Path, curve: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        keys = ["stage", "step", "train_loss", "train_kl", "train_top1", "held_kl", "held_top1", "seconds"]
+        wr = csv.DictWriter(f, fieldnames=keys)
+        wr.writeheader()
+        wr.writerows(curve)
+
+
+def rows_for(teacher: Path, texts: Path, out: Path, code_tokens: int, seed: int, n_threads: int | None) -> Path:
+    if not out.exists():
+        import pymtp
+
+        print(f"extracting the trunk's hidden rows with llama.cpp -> {out.name}", flush=True)
+        with pymtp.Model(teacher, mtp=False) as m:
+            wins = windows(m, corpus.read_texts(texts))
+        extract_rows(teacher, wins, out, code_tokens, seed, n_threads)
+    return out
+
+
+def train_stage(stage: int, head, rows: Path, path: Path, W, args, steps: int, lr: float, step0: int,
+                meta: dict) -> list[dict]:
+    """One stage of training on one rows file; writes the head and its curve to path."""
+    train, held = Rows(rows, False), Rows(rows, True)
+    sub, coverage = vocab_subset(train.tokens, W.shape[0], args.vocab_subset)
+    print(f"stage {stage}: windows train {len(train.spans)}, held-out {len(held.spans)}; "
+          f"KL over {len(sub)} tokens, {coverage:.4f} of training tokens", flush=True)
+    t0 = time.time()
+    curve = fit(head, train, held, W, W[sub].contiguous(), steps=steps, lr=lr, batch=args.batch, seq=args.seq,
+                mse_weight=args.mse_weight, seed=args.seed + stage - 1, step0=step0)
+    for r in curve:
+        r["stage"] = stage
+    write_head_gguf(head, path)
+    write_curve(path.with_suffix(".loss.csv"), curve)
+    meta[f"stage{stage}"] = {"train_windows": len(train.spans), "train_tokens": int(sum(e - s for s, e in train.spans)),
+                             "vocab_subset_coverage": round(coverage, 5), "seconds": round(time.time() - t0, 1),
+                             "final": curve[-1]}
+    return curve
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m pymtp.train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -182,6 +279,12 @@ def main(argv=None) -> None:
     ap.add_argument("--n-chat", type=int, default=220)
     ap.add_argument("--n-prose", type=int, default=80)
     ap.add_argument("--gen-tokens", type=int, default=128)
+    ap.add_argument("--stage2-steps", type=int, default=900,
+                    help="stage 2: more steps on a larger body of the trunk's own text (0: stage 1 only)")
+    ap.add_argument("--stage2-lr", type=float, default=5e-4)
+    ap.add_argument("--stage2-code-tokens", type=int, default=100_000)
+    ap.add_argument("--stage2-n-code", type=int, default=400, help="stdlib openings the trunk continues")
+    ap.add_argument("--stage2-gen-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--llama-threads", type=int, default=0,
                     help="llama.cpp threads for the hidden rows (0: one per core; 1 holds up on a busy machine)")
@@ -190,81 +293,49 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
     cfg = HeadConfig()
     t_start = time.time()
+    llama_threads = args.llama_threads or None
+    # the recipe owns the machine: generation decodes on every core unless told otherwise
+    os.environ.setdefault("PYMTP_THREADS", str(args.llama_threads or os.cpu_count() or 1))
 
     teacher, head = make_teacher(work, cfg, args.seed)
     import pymtp
     from pymtp import trunk
 
-    texts_path = work / "texts.jsonl"
-    if not texts_path.exists():
-        print("generating chat and prose with the trunk", flush=True)
-        with pymtp.Model(trunk.trunk_path(), mtp=False) as m:
-            corpus.generate_texts(m, texts_path, n_chat=args.n_chat, n_prose=args.n_prose,
-                                  max_tokens=args.gen_tokens, seed=args.seed)
-    rows_path = work / "rows.npz"
-    if not rows_path.exists():
-        print("extracting the trunk's hidden rows with llama.cpp", flush=True)
-        with pymtp.Model(teacher, mtp=False) as m:
-            wins = windows(m, corpus.read_texts(texts_path))
-        extract_rows(teacher, wins, rows_path, args.code_tokens, args.seed, args.llama_threads or None)
-
-    train, held = Rows(rows_path, False), Rows(rows_path, True)
-    print(f"windows: train {len(train.spans)}, held-out {len(held.spans)}; head {num_params(head):,} parameters", flush=True)
     W = torch.from_numpy(gguf_weights(teacher, {"token_embd.weight"})["token_embd.weight"])
-    counts = np.bincount(train.tokens, minlength=W.shape[0])
-    sub = torch.from_numpy(np.sort(np.argsort(-counts, kind="stable")[:args.vocab_subset]))
-    coverage = counts[sub.numpy()].sum() / counts.sum()
-    print(f"KL over {len(sub)} tokens, {coverage:.4f} of training tokens", flush=True)
-    Wsub = W[sub].contiguous()
-
-    seed_all(args.seed)
-    rng = np.random.default_rng(args.seed)
-    opt = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    warm = max(1, args.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps))))
-    eval_batches = [held.batch(np.random.default_rng(args.seed + 1 + i), args.batch, args.seq) for i in range(4)]
-    curve_path = Path(args.out).with_suffix(".loss.csv")
+    meta = {"args": vars(args), "config": cfg.to_dict(), "parameters": num_params(head), "torch": torch.__version__,
+            "threads": torch.get_num_threads()}
     curve = []
-    head.train()
-    t0 = time.time()
-    for step in range(args.steps + 1):
-        if step % 50 == 0 or step == args.steps:
-            head.eval()
-            with torch.no_grad():
-                ev = [loss_fn(head, W, Wsub, *b, args.mse_weight) for b in eval_batches]
-            head.train()
-            ekl = float(np.mean([e[1] for e in ev]))
-            eacc = float(np.mean([e[2] for e in ev]))
-            curve.append({"step": step, "held_kl": round(ekl, 5), "held_top1": round(eacc, 5),
-                          "seconds": round(time.time() - t0, 1)})
-            print(f"step {step}: held-out KL {ekl:.4f}, top-1 agreement {eacc:.4f} ({time.time() - t0:.0f} s)", flush=True)
-        if step == args.steps:
-            break
-        loss, kl, acc = loss_fn(head, W, Wsub, *train.batch(rng, args.batch, args.seq), args.mse_weight)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        if step % 10 == 0:
-            curve.append({"step": step, "train_loss": round(float(loss), 5), "train_kl": round(float(kl), 5),
-                          "train_top1": round(float(acc), 5), "seconds": round(time.time() - t0, 1)})
-            print(f"  step {step}: train KL {float(kl):.4f}, top-1 {float(acc):.3f} ({time.time() - t0:.0f} s)", flush=True)
-
-    head.eval()
-    out = write_head_gguf(head, args.out)
-    with open(curve_path, "w", newline="") as f:
-        keys = ["step", "train_loss", "train_kl", "train_top1", "held_kl", "held_top1", "seconds"]
-        wr = csv.DictWriter(f, fieldnames=keys)
-        wr.writeheader()
-        wr.writerows(curve)
-    meta = {"args": vars(args), "config": cfg.to_dict(), "parameters": num_params(head),
-            "train_windows": len(train.spans), "train_tokens": int(sum(e - s for s, e in train.spans)),
-            "vocab_subset_coverage": round(float(coverage), 5), "train_seconds": round(time.time() - t0, 1),
-            "total_seconds": round(time.time() - t_start, 1), "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "final": curve[-1]}
-    Path(args.out).with_suffix(".train.json").write_text(json.dumps(meta, indent=1) + "\n")
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB), {curve_path}", flush=True)
+    # stage 1: the head from the trunk's last block, on stdlib code and a few hundred trunk texts
+    stage1 = work / "stage1" / HEAD_FILE if args.stage2_steps else out
+    if stage1 != out and stage1.exists() and stage1.with_suffix(".loss.csv").exists():
+        head = read_head_gguf(stage1, cfg)           # cached like the other steps
+        with open(stage1.with_suffix(".loss.csv")) as f:
+            curve = [{k: float(v) for k, v in r.items() if v not in ("", None)} | {"stage": 1} for r in csv.DictReader(f)]
+        print(f"stage 1: {stage1} (cached)", flush=True)
+    else:
+        texts_path = work / "texts.jsonl"
+        if not texts_path.exists():
+            print("generating chat and prose with the trunk", flush=True)
+            with pymtp.Model(trunk.trunk_path(), mtp=False) as m:
+                corpus.generate_texts(m, texts_path, n_chat=args.n_chat, n_prose=args.n_prose,
+                                      max_tokens=args.gen_tokens, seed=args.seed)
+        rows = rows_for(teacher, texts_path, work / "rows.npz", args.code_tokens, args.seed, llama_threads)
+        curve = train_stage(1, head, rows, stage1, W, args, args.steps, args.lr, 0, meta)
+    if args.stage2_steps:
+        # stage 2: ~1,000 more trunk texts (every instruction and opening, stdlib continuations),
+        # generated 8 at a time; greedy ones among them, the way the head serves
+        texts2 = work / "texts2.jsonl"
+        if not texts2.exists():
+            print("generating more text with the trunk, 8 prompts at a time", flush=True)
+            with pymtp.Model(teacher, mtp=False) as m:    # the F16 form the default serves
+                corpus.generate_many(m, texts2, n_code=args.stage2_n_code, max_tokens=args.stage2_gen_tokens,
+                                     seed=args.seed + 1)
+        rows2 = rows_for(teacher, texts2, work / "rows2.npz", args.stage2_code_tokens, args.seed + 1, llama_threads)
+        curve += train_stage(2, head, rows2, out, W, args, args.stage2_steps, args.stage2_lr, args.steps, meta)
+    write_curve(out.with_suffix(".loss.csv"), curve)
+    meta["total_seconds"] = round(time.time() - t_start, 1)
+    out.with_suffix(".train.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB), {out.with_suffix('.loss.csv')}", flush=True)

@@ -79,13 +79,18 @@ def evaluate(model_path: Path, texts_path: Path, n_code: int = 40, max_tokens: i
             break
     gen = [t for t in corpus.read_texts(texts_path) if t["held_out"]]
     a_code, n_code_pos = teacher_forced(model, [(c, 1) for c in code])
-    a_gen, n_gen_pos = teacher_forced(model, [(g["prompt"] + g["completion"], len(g["prompt"])) for g in gen])
-    prompts = [g["prompt"] for g in gen if g["kind"] == "chat"] + [c[:64] for c in code[:10]]
+    by_kind = {}
+    for kind in sorted({g["kind"] for g in gen}):
+        by_kind[kind] = teacher_forced(model, [(g["prompt"] + g["completion"], len(g["prompt"]))
+                                               for g in gen if g["kind"] == kind])
+    a_gen, n_gen_pos = (sum(v[i] for v in by_kind.values()) for i in (0, 1))
+    prompts = [g["prompt"] for g in gen if g["kind"] == "chat"][:32] + [c[:64] for c in code[:10]]
     firstk = speculative(model, prompts, max_tokens)
     model.close()
     return {"model": str(model_path),
             "k1_human_code": round(a_code / max(n_code_pos, 1), 4), "k1_human_code_positions": n_code_pos,
             "k1_trunk_greedy": round(a_gen / max(n_gen_pos, 1), 4), "k1_trunk_greedy_positions": n_gen_pos,
+            "k1_trunk_greedy_by_kind": {k: round(a / max(n, 1), 4) for k, (a, n) in by_kind.items()},
             "p_first_k_accepted": [round(x, 4) for x in firstk], "speculative_prompts": len(prompts)}
 
 
@@ -94,11 +99,13 @@ def main(argv=None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="an assembled GGUF (default: pymtp's default model)")
     ap.add_argument("--work", default="build/pymtp-head", help="where texts.jsonl is (python -m pymtp.train)")
+    ap.add_argument("--texts", default="texts2.jsonl",
+                    help="the trunk texts in --work whose held-out items are measured (texts.jsonl: stage 1's)")
     args = ap.parse_args(argv)
     from pymtp import default_model
 
     path = Path(args.model) if args.model else default_model.resolve(None)
-    print(json.dumps(evaluate(path, Path(args.work) / "texts.jsonl"), indent=1))
+    print(json.dumps(evaluate(path, Path(args.work) / args.texts), indent=1))
 
 
 if __name__ == "__main__":
