@@ -313,7 +313,11 @@ def main(argv=None) -> None:
     if stage1 != out and stage1.exists() and stage1.with_suffix(".loss.csv").exists():
         head = read_head_gguf(stage1, cfg)           # cached like the other steps
         with open(stage1.with_suffix(".loss.csv")) as f:
-            curve = [{k: float(v) for k, v in r.items() if v not in ("", None)} | {"stage": 1} for r in csv.DictReader(f)]
+            curve = [{k: int(v) if k == "step" else float(v) for k, v in r.items() if v not in ("", None)}
+                     | {"stage": 1} for r in csv.DictReader(f)]
+        record = stage1.with_suffix(".train.json")
+        if record.exists():
+            meta["stage1"] = json.loads(record.read_text())
         print(f"stage 1: {stage1} (cached)", flush=True)
     else:
         texts_path = work / "texts.jsonl"
@@ -324,6 +328,7 @@ def main(argv=None) -> None:
                                       max_tokens=args.gen_tokens, seed=args.seed)
         rows = rows_for(teacher, texts_path, work / "rows.npz", args.code_tokens, args.seed, llama_threads)
         curve = train_stage(1, head, rows, stage1, W, args, args.steps, args.lr, 0, meta)
+        stage1.with_suffix(".train.json").write_text(json.dumps(meta, indent=1) + "\n")
     if args.stage2_steps:
         # stage 2: ~1,000 more trunk texts (every instruction and opening, stdlib continuations),
         # generated 8 at a time; greedy ones among them, the way the head serves
