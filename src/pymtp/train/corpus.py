@@ -120,8 +120,9 @@ def code_prompts(model, *, n: int, seed: int, n_tokens: int = 64) -> list[tuple[
     for held, files, count in ((False, train_files, n - n // 10), (True, held_files, n // 10)):
         files = list(files)
         rng.shuffle(files)
+        taken = 0
         for rel in files:
-            if sum(1 for h, _ in out if h == held) >= count:
+            if taken == count:
                 break
             text = data.read_text(rel)
             if not text or len(text) < 400:
@@ -132,6 +133,7 @@ def code_prompts(model, *, n: int, seed: int, n_tokens: int = 64) -> list[tuple[
             toks = model.tokenize(text[rng.choice(starts):], add_special=False)[:n_tokens]
             if len(toks) == n_tokens:
                 out.append((held, toks))
+                taken += 1
     return out
 
 
@@ -139,8 +141,9 @@ def generate_many(model, out: Path, *, n_code: int, max_tokens: int, seed: int, 
                   greedy_share: float = 0.5) -> Path:
     """More of the trunk's own text, `batch` prompts to a pymtp.generate call (8 decode
     together, a finished one's slot takes the next): every instruction (chat) and opening
-    (prose), plus n_code continuations of stdlib code. Held-out items are greedy; a `greedy_share` of the training items too (acceptance
-    is measured and served greedily), the rest sampled at T=0.7, top-p 0.9 for variety."""
+    (prose), plus n_code continuations of stdlib code. Held-out items are greedy; a
+    `greedy_share` of the training items too (acceptance is measured and served greedily),
+    the rest sampled at T=0.7, top-p 0.9 for variety."""
     import pymtp
 
     rng = random.Random(seed)
