@@ -77,6 +77,12 @@ def openings(seed: int = 0) -> list[str]:
     return out
 
 
+def prompt_tokens(model, kind: str, src: str) -> list[int]:
+    """A chat instruction in the model's chat template, or a prose opening as it is."""
+    prompt = model.apply_chat_template([{"role": "user", "content": src}]) if kind == "chat" else src
+    return model.tokenize(prompt, add_special=False, parse_special=True)
+
+
 def generate_texts(model, out: Path, *, n_chat: int, n_prose: int, max_tokens: int, seed: int) -> Path:
     """Write the trunk's chat answers and prose continuations as JSON lines (token ids).
 
@@ -90,11 +96,7 @@ def generate_texts(model, out: Path, *, n_chat: int, n_prose: int, max_tokens: i
     with open(out, "w") as f:
         for i, (kind, src) in enumerate(jobs):
             held = held_out(src)
-            if kind == "chat":
-                prompt = model.apply_chat_template([{"role": "user", "content": src}])
-            else:
-                prompt = src
-            ptoks = model.tokenize(prompt, add_special=False, parse_special=True)
+            ptoks = prompt_tokens(model, kind, src)
             r = pymtp.generate(ptoks, model, max_tokens=max_tokens, speculative=False,
                                temperature=0.0 if held else 0.7, top_p=0.9, seed=rng.randrange(1 << 30))
             f.write(json.dumps({"kind": kind, "source": src, "held_out": held, "prompt": ptoks,
@@ -148,11 +150,8 @@ def generate_many(model, out: Path, *, n_code: int, max_tokens: int, seed: int, 
 
     rng = random.Random(seed)
     jobs = []
-    for src in instructions(seed):
-        prompt = model.apply_chat_template([{"role": "user", "content": src}])
-        jobs.append(("chat", src, held_out(src), model.tokenize(prompt, add_special=False, parse_special=True)))
-    for src in openings(seed):
-        jobs.append(("prose", src, held_out(src), model.tokenize(src, add_special=False)))
+    for kind, sources in (("chat", instructions(seed)), ("prose", openings(seed))):
+        jobs += [(kind, src, held_out(src), prompt_tokens(model, kind, src)) for src in sources]
     for held, toks in code_prompts(model, n=n_code, seed=seed):
         jobs.append(("codegen", model.detokenize(toks[:8]), held, toks))
     is_greedy = [held or rng.random() < greedy_share for _, _, held, _ in jobs]
