@@ -171,7 +171,8 @@ def test_logprobs_are_the_targets_with_and_without_speculation(models):
         t.decode(prompt, 0, output=last_row_only(len(prompt)))
         x = t.logits()[-1].astype(np.float64)
         want = x[plain.tokens[0]] - x.max() - math.log(np.exp(x - x.max()).sum())
-    assert abs(plain.logprobs[0] - want) < 1e-4
+    # a fresh decode of the prompt: the same row, up to the GPU backends' batch-shape rounding
+    assert abs(plain.logprobs[0] - want) < max(1e-4, SAME_ROW_ATOL)
     assert pymtp.generate(prompt, s, max_tokens=3, speculative=False).logprobs is None
 
 
@@ -199,7 +200,7 @@ def test_top_logprobs_are_the_rows_likeliest_tokens(models):
     lsm = x - x.max() - np.log(np.exp(x - x.max()).sum())
     want = np.argsort(-lsm, kind="stable")[:5]
     assert [t for t, _ in plain.top_logprobs[0]] == list(want)
-    np.testing.assert_allclose([v for _, v in plain.top_logprobs[0]], lsm[want], atol=1e-4)
+    np.testing.assert_allclose([v for _, v in plain.top_logprobs[0]], lsm[want], atol=max(1e-4, SAME_ROW_ATOL))
     sampled = pymtp.generate(prompt, s, max_tokens=8, temperature=0.8, top_k=6, seed=3, top_logprobs=20,
                              speculative={"n_draft": 3})
     for tok, top in zip(sampled.tokens, sampled.top_logprobs):

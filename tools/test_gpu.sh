@@ -4,7 +4,8 @@
 #
 #   tools/test_gpu.sh vulkan    # Vulkan; on a machine without a GPU: Mesa's lavapipe (a CPU
 #                               #   Vulkan device). apt-get install -y glslc glslang-tools
-#                               #   spirv-headers libvulkan-dev mesa-vulkan-drivers
+#                               #   spirv-headers libvulkan-dev mesa-vulkan-drivers (Debian 12:
+#                               #   Mesa from bookworm-backports; 22.3.6's lavapipe crashes)
 #   tools/test_gpu.sh cuda      # CUDA (nvcc 12.x or 13.x); CUDA_ARCH=90 picks the GPU generation
 #                               #   (default: "native", the GPU of this machine)
 #
@@ -36,6 +37,10 @@ echo "$backend build: $((t1 - t0)) s"
 export PYMTP_LIBRARY="$PWD/$build/libpymtp.so" PYMTP_HEADER="$PWD/native/shim/pymtp.h" PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 # ggml-vulkan skips CPU-type devices (lavapipe) unless named: device 0 is the only one there
 [ "$backend" = vulkan ] && export GGML_VK_VISIBLE_DEVICES="${GGML_VK_VISIBLE_DEVICES:-0}"
+# lavapipe's worker threads ping-pong on futexes for ggml's many small dispatches: measured on
+# 2 cores, 32 tokens of the glm4moe fixture took 0.77 s with its default threads, 0.53 s with none
+# (LP_NUM_THREADS=0 runs each dispatch in the submitting thread); real GPUs ignore it
+[ "$backend" = vulkan ] && export LP_NUM_THREADS="${LP_NUM_THREADS:-0}"
 python3 - "$backend" <<'PY'
 import sys
 from pymtp._native import build_info
