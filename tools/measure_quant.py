@@ -1,13 +1,15 @@
 """Acceptance and batch costs of the default model per trunk type x MTP-head type.
 
     python tools/measure_quant.py [--types F16,Q8_0,Q4_0,Q4_1,Q4_K_M] [--head-types F16,Q8_0,same]
-                                  [--repeats 15] [--out build/quant.json]
+                                  [--repeats 15] [--out build/quant.json] [--no-costs]
 
 For each combination, from the assembled default (F16 trunk + F16 head) through
 pymtp.quantize (the head's tensors at the head type, "same" = the trunk's type):
 
 * acceptance at draft length 1, teacher-forced (pymtp.train.evaluate_head): held-out
-  standard-library code and held-out text the trunk wrote greedily;
+  standard-library code and held-out text the trunk wrote greedily; kept next to each file
+  (<work>/quant/<file>.acceptance.json), so a --no-costs run beside other work, then a run on a quiet
+  machine for the costs, measure each once;
 * c_verify(n)/c_1: one target decode of n rows (logits for all) against one row, n = 2..5,
   after a 100-token context; c_draft/c_1: one draft-head decode of one row; c_1 in ms.
   Files are measured interleaved, repeat by repeat, and medians reported;
@@ -39,7 +41,11 @@ def build(src: Path, out_dir: Path, trunk_type: str, head_type: str) -> Path:
     return out
 
 
-def acceptance(path: Path, texts_path: Path, n_code: int) -> dict:
+def acceptance(path: Path, texts_path: Path, n_code: int, keep_dir: Path) -> dict:
+    cached = keep_dir / f"{path.name}.acceptance.json"
+    key = {"file_mtime": path.stat().st_mtime, "texts": str(texts_path.resolve()), "n_code": n_code}
+    if cached.exists() and json.loads(cached.read_text()).get("key") == key:
+        return json.loads(cached.read_text())["acceptance"]
     m = pymtp.Model(path)
     _, held = data.split_files()
     code = []
@@ -53,7 +59,9 @@ def acceptance(path: Path, texts_path: Path, n_code: int) -> dict:
     a, n = teacher_forced(m, code)
     b, nb = teacher_forced(m, gen)
     m.close()
-    return {"k1_code": a / n, "k1_trunk_greedy": b / nb}
+    result = {"k1_code": a / n, "k1_trunk_greedy": b / nb}
+    cached.write_text(json.dumps({"key": key, "acceptance": result}) + "\n")
+    return result
 
 
 def costs(paths: list[Path], repeats: int) -> dict[Path, dict]:
@@ -102,8 +110,11 @@ def main() -> None:
     ap.add_argument("--head-types", default="F16,Q8_0,same")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--n-code", type=int, default=20)
-    ap.add_argument("--work", default="build/pymtp-head", help="texts.jsonl from python -m pymtp.train")
+    ap.add_argument("--work", default="build/pymtp-head", help="the trunk texts from python -m pymtp.train")
+    ap.add_argument("--texts", default="texts2.jsonl",
+                    help="the trunk texts in --work whose held-out items are measured (texts.jsonl: stage 1's)")
     ap.add_argument("--out", default="build/quant.json")
+    ap.add_argument("--no-costs", action="store_true", help="measure (and keep) acceptance only")
     args = ap.parse_args()
     src = default_model.resolve(None)
     out_dir = Path(args.work) / "quant"
@@ -116,10 +127,12 @@ def main() -> None:
     files = {c: build(src, out_dir, *c) for c in combos}
     rows = []
     for (t, h), path in files.items():
-        acc = acceptance(path, Path(args.work) / "texts.jsonl", args.n_code)
+        acc = acceptance(path, Path(args.work) / args.texts, args.n_code, out_dir)
         rows.append({"trunk": t, "head": h, "file_mb": round(path.stat().st_size / 1e6, 1),
                      **{k: round(v, 4) for k, v in acc.items()}})
         print(rows[-1], flush=True)
+    if args.no_costs:
+        return
     cost = costs(list(files.values()), args.repeats)
     for r, ((t, h), path) in zip(rows, files.items()):
         r.update(cost[path])
