@@ -7,9 +7,9 @@ For each combination, from the assembled default (F16 trunk + F16 head) through
 pymtp.quantize (the head's tensors at the head type, "same" = the trunk's type):
 
 * acceptance at draft length 1, teacher-forced (pymtp.train.evaluate_head): held-out
-  standard-library code and held-out text the trunk wrote greedily; kept next to each file
-  (<work>/quant/<file>.acceptance.json), so a --no-costs run beside other work, then a run on a quiet
-  machine for the costs, measure each once;
+  standard-library code and held-out text the trunk wrote greedily; kept per file in
+  <work>/quant/<file>.acceptance.json, so a --no-costs run beside other work, then a run on
+  a quiet machine for the costs, measure each once;
 * c_verify(n)/c_1: one target decode of n rows (logits for all) against one row, n = 2..5,
   after a 100-token context; c_draft/c_1: one draft-head decode of one row; c_1 in ms.
   Files are measured interleaved, repeat by repeat, and medians reported;
@@ -44,8 +44,9 @@ def build(src: Path, out_dir: Path, trunk_type: str, head_type: str) -> Path:
 def acceptance(path: Path, texts_path: Path, n_code: int, keep_dir: Path) -> dict:
     cached = keep_dir / f"{path.name}.acceptance.json"
     key = {"file_mtime": path.stat().st_mtime, "texts": str(texts_path.resolve()), "n_code": n_code}
-    if cached.exists() and json.loads(cached.read_text()).get("key") == key:
-        return json.loads(cached.read_text())["acceptance"]
+    kept = json.loads(cached.read_text()) if cached.exists() else {}
+    if kept.get("key") == key:
+        return kept["acceptance"]
     m = pymtp.Model(path)
     _, held = data.split_files()
     code = []

@@ -35,12 +35,14 @@ cmake --build "$build" --target "${targets[@]}" >>"$build.log" 2>&1 || { grep -m
 t1=$(date +%s)
 echo "$backend build: $((t1 - t0)) s"
 export PYMTP_LIBRARY="$PWD/$build/libpymtp.so" PYMTP_HEADER="$PWD/native/shim/pymtp.h" PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-# ggml-vulkan skips CPU-type devices (lavapipe) unless named: device 0 is the only one there
-[ "$backend" = vulkan ] && export GGML_VK_VISIBLE_DEVICES="${GGML_VK_VISIBLE_DEVICES:-0}"
-# lavapipe's worker threads ping-pong on futexes for ggml's many small dispatches: measured on
-# 2 cores, 32 tokens of the glm4moe fixture took 0.77 s with its default threads, 0.53 s with none
-# (LP_NUM_THREADS=0 runs each dispatch in the submitting thread); real GPUs ignore it
-[ "$backend" = vulkan ] && export LP_NUM_THREADS="${LP_NUM_THREADS:-0}"
+if [ "$backend" = vulkan ]; then
+    # ggml-vulkan skips CPU-type devices (lavapipe) unless named: device 0 is the only one there
+    export GGML_VK_VISIBLE_DEVICES="${GGML_VK_VISIBLE_DEVICES:-0}"
+    # lavapipe's worker threads ping-pong on futexes for ggml's many small dispatches: on 2
+    # cores 32 tokens of the glm4moe fixture took 0.77 s with its default threads, 0.53 s with
+    # none (each dispatch runs in the submitting thread); real GPUs ignore it
+    export LP_NUM_THREADS="${LP_NUM_THREADS:-0}"
+fi
 python3 - "$backend" <<'PY'
 import sys
 from pymtp._native import build_info
