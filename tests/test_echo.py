@@ -147,6 +147,18 @@ def test_quantized_q4_k_m_keeps_the_text_and_the_maps(tmp_path):
             assert r.stats.accepted_at == sim["accepted_at"]
 
 
+def test_a_head_that_never_agrees(tmp_path):
+    """agree 0 (a losing fixture): nothing is accepted, the text is still plain greedy's."""
+    path = make_echo(tmp_path / "never.gguf", 0.0, type="F32")
+    maps = EchoMaps.read(path)
+    with pymtp.load(path, n_ctx=512) as sess:
+        r = pymtp.generate(PROMPTS[0], sess, max_tokens=100, speculative=_spec(3), ignore_eos=True)
+    assert r.tokens == maps.greedy(r.prompt_tokens[-1], 100)
+    assert r.stats.n_drafted > 90 and r.stats.n_accepted == 0
+    sim = maps.simulate(r.prompt_tokens[-1], 3, 100)
+    assert (r.stats.drafted_at, r.stats.accepted_at) == (sim["drafted_at"], sim["accepted_at"]) == ([99, 98, 97], [])
+
+
 def test_shape_for_params():
     s = shape_for_params(1.5e9)
     assert abs(s.n_params / 1.5e9 - 1) <= 0.05

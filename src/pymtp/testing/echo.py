@@ -211,22 +211,23 @@ class EchoMaps:
 
     def simulate(self, last: int, n_draft: int, max_tokens: int) -> dict[str, Any]:
         """The counters of greedy speculation at a fixed draft length after a prompt ending in
-        ``last``, by pymtp's step rule: every step (the first included) drafts
-        min(n_draft, tokens left - 1) tokens, the head recursing on its own draft."""
+        ``last``, by pymtp's step rule (every step, the first included, drafts min(n_draft,
+        tokens left - 1) tokens, the head recursing on its own draft), counted as SpecStats does."""
         text: list[int] = []
-        drafted_at, accepted_at = [0] * n_draft, [0] * n_draft
+        drafted_at: list[int] = []
+        accepted_at: list[int] = []
         n_steps = 0
         while len(text) < max_tokens:
-            k = min(n_draft, max_tokens - len(text) - 1)
             x = text[-1] if text else last
-            n_acc = 0
-            for i in range(k):
-                drafted_at[i] += 1
-                if n_acc == i and self.head_next[x] == self.next[x]:
-                    n_acc += 1
-                    accepted_at[i] += 1
-                x = int(self.head_next[x])
-            text += self.greedy(text[-1] if text else last, n_acc + 1)
+            k, n_acc, d = min(n_draft, max_tokens - len(text) - 1), 0, x
+            while n_acc < k and self.head_next[d] == self.next[d]:
+                n_acc += 1
+                d = int(self.head_next[d])
+            for counts, n in ((drafted_at, k), (accepted_at, n_acc)):
+                counts.extend([0] * (n - len(counts)))
+                for i in range(n):
+                    counts[i] += 1
+            text += self.greedy(x, n_acc + 1)
             n_steps += 1
         return {"tokens": text, "n_steps": n_steps, "n_drafted": sum(drafted_at), "n_accepted": sum(accepted_at),
                 "drafted_at": drafted_at, "accepted_at": accepted_at}
