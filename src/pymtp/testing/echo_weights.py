@@ -109,8 +109,6 @@ def _design(shape: EchoShape, agree: float, seed: int, peak: float) -> dict[str,
     tokens, merges, types, bos, eos = _vocab(shape)
     cycle = rng.permutation(np.array([t for t in range(n_hot) if t not in (bos, eos)]))
     n = len(cycle)
-    pos = np.full(v, -1)
-    pos[cycle] = np.arange(n)
     offsets = np.array([1] + sorted(rng.choice(np.arange(2, n), size=len(ALT_GAPS), replace=False).tolist()))
     # head: agree on an exact share of the cycle, elsewhere read a token z whose predictions share nothing
     agrees = _agreeing(rng, n, agree)
@@ -118,7 +116,7 @@ def _design(shape: EchoShape, agree: float, seed: int, peak: float) -> dict[str,
     shifts = np.array([s for s in range(1, n) if s not in bad])
     z_pos = np.where(agrees, np.arange(n), (np.arange(n) + rng.choice(shifts, size=n)) % n)
 
-    # inputs: every hot token (cycle tokens, then bos and eos behaving as the cycle's first)
+    # inputs: every hot token (the cycle's, then bos and eos, which go on at the cycle's first token)
     inputs = np.concatenate([cycle, [bos, eos]])
     in_pos = np.concatenate([np.arange(n), [n - 1, n - 1]])
     q = _orthonormal_rows(rng, n_hot + 1, d)             # q[0]: the shared direction
@@ -214,6 +212,6 @@ def write_gguf(path: Path, shape: EchoShape, agree: float, seed: int, peak: floa
     wr.write_kv_data_to_file()
     wr.write_ti_data_to_file()
     rng = np.random.default_rng([seed, ECHO_VERSION, 0xB10C])
-    for name, s in specs:     # one tensor in memory at a time
+    for name, s in specs:     # one random tensor in memory at a time
         wr.write_tensor_data(_tensor(name, s, des, rng, dtype))
     wr.close()
