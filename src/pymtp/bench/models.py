@@ -53,6 +53,17 @@ def resolve_model(spec: str) -> Path:
             raise BenchError(f"--model {spec}: the padded default models are "
                              + ", ".join(f"default-{k}" for k in VOCABS))
         return padded_vocab_path(n_vocab, resolve_model("default"))
+    if spec.lower().startswith("echo-") and not Path(spec).expanduser().is_file():
+        from ..testing.echo import echo_path, parse_name
+
+        try:
+            kw = parse_name(spec)
+        except ValueError as e:
+            raise BenchError(f"--model {e}") from None
+        if kw is None:
+            raise BenchError(f"--model {spec}: expected echo-AGREE[-SIZE][-TYPE] (e.g. echo-70, echo-80-1.5b, "
+                             "echo-100-q8_0) or a GGUF path")
+        return echo_path(kw.pop("agree"), **kw)
     if spec.startswith("deep:"):
         from ..testing.deep import deep_variant_path
 
