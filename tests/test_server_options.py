@@ -13,7 +13,7 @@ import urllib.request
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from test_server import TIMEOUT, _Server
+from test_server import TIMEOUT, ScriptedRunner, _Server
 
 import pymtp
 from pymtp.server import create_app
@@ -339,12 +339,8 @@ def test_an_error_inside_a_stream_is_reported_and_counted(served):
     from pymtp.errors import PymtpError
 
     app = create_app(served.model, model_name=MODEL)
-
-    async def failing(job):
-        yield "piece", "partial"
-        yield "error", PymtpError("the model broke down")
-
-    app.state.runner.stream = failing
+    app.state.runner = ScriptedRunner(served.model, lambda job: [("piece", "partial"),
+                                                                  ("error", PymtpError("the model broke down"))])
     with _Server(app) as srv:
         status, _, text = call(f"{srv.url}/v1/completions", {"prompt": "hi", "stream": True})
         assert status == 200
