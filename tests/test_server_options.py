@@ -442,3 +442,28 @@ def test_streamed_logprobs_equal_the_whole_responses(served, client, stop):
              if c.choices and c.choices[0].logprobs]
     assert [t for p in parts for t in p.token_logprobs] == whole.token_logprobs
     assert [t for p in parts for t in p.tokens] == whole.tokens
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_failed_step_is_a_500_logged_once_with_the_request_id(served, monkeypatch, caplog, parallel):
+    """An engine failure inside a step is the server's, not the client's: a 500 naming the request
+    id (also in x-request-id), and one error record with that id in the log."""
+    from pymtp.batch import Batch
+    from pymtp._native import InvalidArgumentError
+    from pymtp.speculator import MTPSpeculator
+
+    def broken(*a, **k):
+        raise InvalidArgumentError("the kernel broke")
+
+    monkeypatch.setattr(Batch if parallel > 1 else MTPSpeculator, "step", broken)
+    with _Server(create_app(served.model, model_name=MODEL, parallel=parallel)) as srv:
+        caplog.clear()
+        status, hdrs, body = call(f"{srv.url}/v1/completions", {"prompt": "hi", "max_tokens": 4},
+                                  {"X-Request-Id": "trace-123"})
+        assert status == 500 and hdrs["x-request-id"] == "trace-123"
+        err = error_of(body)
+        assert err["type"] == "server_error" and "the kernel broke" in err["message"] and "trace-123" in err["message"]
+        errors = [r for r in caplog.records if r.levelname == "ERROR"]
+        assert len(errors) == 1 and "trace-123" in errors[0].getMessage() and errors[0].exc_info
+        status, hdrs, _ = call(f"{srv.url}/v1/completions", {"prompt": "hi", "max_tokens": 4})
+        assert status == 500 and hdrs["x-request-id"].startswith("req_")

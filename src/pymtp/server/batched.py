@@ -106,10 +106,11 @@ class BatchRunner(RunnerBase):
             with self.session.lock:
                 pieces = batch.step()
         except BaseException as e:  # noqa: BLE001 - every text in the step fails alike
+            err = self._step_failed(e, [c for _, c in live.values()])
             for seq, (item, c) in list(live.items()):
                 batch.cancel(item, "error")
                 self._leave(live, seq)
-                c.ticket.put(c.index, "error", e)
+                c.ticket.put(c.index, "error", err)
             return
         self._stepped()
         for item, piece in pieces:

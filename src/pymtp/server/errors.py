@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import ContextFullError, PymtpError, UnsupportedError
-from .tickets import QueueFull, RequestTimeout, ShuttingDown
+from .tickets import GenerationFailed, QueueFull, RequestTimeout, ShuttingDown
 
 __all__ = ["APIError", "REQUEST_ID", "bad_request", "from_exception", "install_error_handlers", "overloaded",
            "shutting_down", "validation_error"]
@@ -86,9 +86,11 @@ def from_exception(e: BaseException) -> APIError:
         return overloaded(f"{e}; retry later", 1, code="timeout")
     if isinstance(e, QueueFull):
         return overloaded(f"the server is busy ({e}); retry later", 1)
+    rid = REQUEST_ID.get()
+    if isinstance(e, GenerationFailed):          # logged by the worker already
+        return APIError(500, f"{e} (request id {rid})", type_="server_error")
     if isinstance(e, PymtpError):
         return APIError(500, str(e), type_="server_error")
-    rid = REQUEST_ID.get()
     log.error("request %s: unexpected error", rid or "-", exc_info=e)
     return APIError(500, f"internal error: {type(e).__name__}: {e} (request id {rid})", type_="server_error")
 

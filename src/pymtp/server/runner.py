@@ -25,7 +25,8 @@ from ..session import Session
 from ..stats import GenerationResult, SpecStats
 from ..textout import TextOutput
 from .metrics import Metrics
-from .tickets import Choice, RequestTimeout, ShuttingDown, Ticket, TicketQueue
+from .errors import REQUEST_ID
+from .tickets import Choice, GenerationFailed, RequestTimeout, ShuttingDown, Ticket, TicketQueue
 
 __all__ = ["DEFAULT_MAX_QUEUE", "Job", "Runner", "RunnerBase"]
 
@@ -74,6 +75,7 @@ class RunnerBase:
         """A Ticket for jobs (a request's choices), queued; raises QueueFull or ShuttingDown."""
         ticket = Ticket(jobs, asyncio.get_running_loop(), deadline)
         ticket.steps = lambda: self.steps
+        ticket.request_id = REQUEST_ID.get()
         self.queue.put(ticket)
         self._ensure_worker()
         return ticket
@@ -177,6 +179,12 @@ class RunnerBase:
         self.steps += 1
         self.metrics.add("steps", 1)
 
+    def _step_failed(self, e: BaseException, choices: list[Choice]) -> GenerationFailed:
+        """Log a failed step once (with the requests it took down); the error each of them gets."""
+        ids = sorted({c.ticket.request_id or "-" for c in choices})
+        log.error("a generation step failed (requests %s)", ", ".join(ids), exc_info=e)
+        return GenerationFailed(f"the generation failed in the server: {type(e).__name__}: {e}")
+
 
 class Runner(RunnerBase):
     """One generation at a time on the session (``--parallel 1``): its contexts and prompt cache,
@@ -237,7 +245,11 @@ class Runner(RunnerBase):
                     if sp.room() < 1:
                         piece = out.end("context")
                     else:
-                        piece = out.take(sp.step(max_new=out.remaining()), sp.room())
+                        try:
+                            step = sp.step(max_new=out.remaining())
+                        except Exception as e:  # noqa: BLE001 - the engine's failure, not the request's
+                            raise self._step_failed(e, [c]) from e
+                        piece = out.take(step, sp.room())
                 self._stepped()
                 self._report(c, out, piece)
             self._finished(c, out.result(prompt, sp.stats))

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..stats import GenerationResult
     from .runner import Job
 
-__all__ = ["Choice", "QueueFull", "RequestTimeout", "ShuttingDown", "Ticket", "TicketQueue"]
+__all__ = ["Choice", "GenerationFailed", "QueueFull", "RequestTimeout", "ShuttingDown", "Ticket", "TicketQueue"]
 
 
 class QueueFull(Exception):
@@ -45,6 +45,10 @@ class RequestTimeout(Exception):
     """A request reached its deadline before any of its choices got a slot."""
 
 
+class GenerationFailed(Exception):
+    """A step failed inside the engine (not the request's doing): the worker logged it once."""
+
+
 class Ticket:
     """One request's generations (its n choices), as the event loop and the worker see them.
 
@@ -54,6 +58,7 @@ class Ticket:
     def __init__(self, jobs: list[Job], loop: asyncio.AbstractEventLoop, deadline: float | None = None) -> None:
         self.jobs = jobs
         self.deadline = deadline              # time.monotonic() past which the request stops
+        self.request_id: str | None = None    # for the worker's log
         self._loop = loop
         self._events: asyncio.Queue = asyncio.Queue()
         self._left = len(jobs)                # choices whose outcome was not read yet
