@@ -206,8 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", formatter_class=fmt, help="an OpenAI-compatible HTTP server (needs pymtp[server])",
                        description="Serve one model over an OpenAI-compatible API: /v1/completions, "
                                    "/v1/chat/completions (both with stream=true), /v1/models, and /health, "
-                                   "/metrics (Prometheus). Up to --parallel requests run together in batched speculative steps. "
-                                   "Needs: pip install 'pymtp-llm[server]'.",
+                                   "/metrics (Prometheus). Up to --parallel requests run together in batched speculative steps, "
+                                   "--max-queue more may wait; SIGTERM or Ctrl-C lets the requests in flight finish "
+                                   "(--shutdown-timeout) and exits 0. Needs: pip install 'pymtp-llm[server]'.",
                        epilog="examples:\n  pymtp serve -m model.gguf --port 8000 --model-name mymodel\n"
                               "  PYMTP_API_KEY=secret pymtp serve -m model.gguf --host 0.0.0.0\n\n"
                               "  from openai import OpenAI\n"

@@ -50,7 +50,9 @@ class BatchRunner(RunnerBase):
                     break
                 for c in got:
                     self._admit(batch, c, live)
-                self._stop(batch, live)
+                    self._stop(batch, live)         # a prefill takes a while: the cancels that came meanwhile
+                if not got:
+                    self._stop(batch, live)
                 if live:
                     self._step(batch, live)
         finally:
