@@ -21,6 +21,7 @@ from conftest import CHATML
 import pymtp
 from pymtp.chat import chat
 from pymtp.server import create_app
+from pymtp.server.runner import RunnerBase
 
 TIMEOUT = 30
 
@@ -28,7 +29,7 @@ TIMEOUT = 30
 class _Server:
     """uvicorn in a background thread on 127.0.0.1:<free port>."""
 
-    def __init__(self, app, lifespan: str = "off") -> None:
+    def __init__(self, app, lifespan: str = "on") -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -54,6 +55,24 @@ class _Server:
 
     def client(self):
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key="none", max_retries=0, timeout=TIMEOUT)
+
+
+class ScriptedRunner(RunnerBase):
+    """A runner whose worker hands each choice the events script(job) gives, (kind, value) pairs,
+    instead of running the model: the queue, tickets, cancels and responses are the real ones."""
+
+    def __init__(self, session, script) -> None:
+        super().__init__(session, None, 1, 64)
+        self.script = script
+
+    def _work(self) -> None:
+        while (got := self.queue.take(1, wait=True)) is not None:
+            for c in got:
+                try:
+                    for kind, value in self.script(c.job):
+                        c.ticket.put(c.index, kind, value)
+                finally:
+                    self.queue.release()
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """The server for agents, on the default model with the openai client: response_format (JSON
-schema, JSON object) and tools (a forced call, constrained to the tool's schema; an automatic
-call, parsed from the reply), streamed and not. 127.0.0.1 only."""
+schema, JSON object) and tools (a forced call, constrained to the tool's schema, also beside a
+response_format; an automatic call, parsed from the reply), streamed and not: a streamed call's
+arguments come in several deltas that join to the whole call. 127.0.0.1 only."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 
 import jsonschema
 import pytest
-from test_server import _Server
+from test_server import ScriptedRunner, _Server
 
 import pymtp
 from pymtp.server import create_app
@@ -29,8 +30,9 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 @pytest.fixture(scope="module")
 def served():
     session = pymtp.load(n_ctx=2048)
-    with _Server(create_app(session, model_name=MODEL)) as srv:
-        srv.session = session
+    app = create_app(session, model_name=MODEL)
+    with _Server(app) as srv:
+        srv.session, srv.app = session, app
         yield srv
     session.close()
 
@@ -77,53 +79,124 @@ def test_a_forced_tool_call(client):
     _check_call(choice.message.tool_calls[0])
 
 
+def _streamed_calls(chunks) -> dict[int, dict]:
+    """The tool calls of a stream, their argument deltas joined: {index: {id, name, arguments, deltas}}."""
+    calls: dict[int, dict] = {}
+    for c in chunks:
+        for tc in (c.choices[0].delta.tool_calls or []) if c.choices else []:
+            call = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": "", "deltas": 0})
+            call["id"] = call["id"] or tc.id
+            if tc.function.name:
+                call["name"] = tc.function.name
+            if tc.function.arguments:
+                call["arguments"] += tc.function.arguments
+                call["deltas"] += 1
+    return calls
+
+
 def test_a_forced_tool_call_streamed(client):
-    chunks = list(client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=60, tools=WEATHER,
-                                                 tool_choice="required", stream=True))
-    calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
-    assert len(calls) == 1
-    _check_call(calls[0])
+    """The call's arguments arrive as they are generated, in several deltas that join to the call
+    the same request gets whole."""
+    kw = dict(model=MODEL, messages=ASK, max_tokens=60, tools=WEATHER, tool_choice="required")
+    whole = client.chat.completions.create(**kw).choices[0].message.tool_calls[0]
+    chunks = list(client.chat.completions.create(stream=True, **kw))
+    calls = _streamed_calls(chunks)
+    assert list(calls) == [0] and calls[0]["id"] and calls[0]["name"] == "get_weather"
+    assert calls[0]["deltas"] >= 3, calls
+    assert json.loads(calls[0]["arguments"]) == json.loads(whole.function.arguments)
+    jsonschema.validate(json.loads(calls[0]["arguments"]), WEATHER[0]["function"]["parameters"])
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
-class _Scripted:
-    """Stands in for TextStream: 'generates' a fixed reply (the 135M model does not call tools
-    on its own; what is under test is the server's parsing of whatever the model writes)."""
+def test_response_format_beside_a_forced_tool_call(client):
+    """pydantic-ai sends both: the forced call follows the tool's schema (response_format would
+    apply to a text reply), as OpenAI's API does; a bad response_format is still a 400."""
+    import openai
+    fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY}}
+    for stream in (False, True):
+        r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=60, tools=WEATHER,
+                                           tool_choice="required", response_format=fmt, stream=stream)
+        if stream:
+            chunks = list(r)
+            call = _streamed_calls(chunks)[0]
+            assert call["name"] == "get_weather" and chunks[-1].choices[0].finish_reason == "tool_calls"
+            jsonschema.validate(json.loads(call["arguments"]), WEATHER[0]["function"]["parameters"])
+        else:
+            assert r.choices[0].finish_reason == "tool_calls"
+            _check_call(r.choices[0].message.tool_calls[0])
+    with pytest.raises(openai.BadRequestError, match="json_schema"):
+        client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=8, tools=WEATHER, tool_choice="required",
+                                       response_format={"type": "json_schema",
+                                                        "json_schema": {"schema": {"type": "x"}}})
 
-    reply = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}}\n</tool_call>'
 
-    def __init__(self, session, prompt, sampling, spec, limits, **kw):
-        self.session, self.prompt = session, prompt
-        self.result = None
+def _scripted(reply: str, piece: int = 4):
+    """A script for ScriptedRunner: reply in pieces of a few characters, then its result (the
+    135M model does not call tools on its own; what is under test is the server's parsing and
+    streaming of whatever the model writes)."""
+    def script(job):
+        events = [("piece", reply[i:i + piece]) for i in range(0, len(reply), piece)]
+        return events + [("done", GenerationResult(reply, [1, 2, 3], list(job.prompt()), "stop", SpecStats()))]
+    return script
 
-    def __iter__(self):
-        yield self.reply
-        self.result = GenerationResult(self.reply, [1, 2, 3], list(self.prompt), "stop", SpecStats())
 
-    def close(self):
-        pass
+@pytest.fixture
+def scripted(served):
+    """scripted(reply): the served app answers with reply instead of running the model."""
+    real = served.app.state.runner
+
+    def use(reply: str) -> None:
+        if served.app.state.runner is not real:
+            served.app.state.runner.close()
+        served.app.state.runner = ScriptedRunner(served.session, _scripted(reply))
+
+    yield use
+    if served.app.state.runner is not real:
+        served.app.state.runner.close()
+    served.app.state.runner = real
+
+
+HERMES_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}}\n</tool_call>'
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_an_automatic_tool_call_is_parsed(served, client, monkeypatch, stream):
-    import pymtp.server.runner as runner
-    monkeypatch.setattr(runner, "TextStream", _Scripted)
+def test_an_automatic_tool_call_is_parsed(client, scripted, stream):
+    scripted(HERMES_CALL)
     r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=60, tools=WEATHER, stream=stream)
     if stream:
         chunks = list(r)
-        calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+        calls = _streamed_calls(chunks)
+        assert len(calls) == 1 and calls[0]["deltas"] >= 3          # the arguments, as they came
         finish = chunks[-1].choices[0].finish_reason
         content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert finish == "tool_calls" and not content
+        assert calls[0]["name"] == "get_weather"
+        assert json.loads(calls[0]["arguments"]) == {"city": "Oslo", "unit": "c"}
     else:
-        calls, finish, content = r.choices[0].message.tool_calls, r.choices[0].finish_reason, r.choices[0].message.content
-    assert finish == "tool_calls" and len(calls) == 1 and not content
-    _check_call(calls[0])
-    assert json.loads(calls[0].function.arguments) == {"city": "Oslo", "unit": "c"}
+        msg, finish = r.choices[0].message, r.choices[0].finish_reason
+        calls, content = msg.tool_calls, msg.content
+        assert finish == "tool_calls" and len(calls) == 1 and not content
+        _check_call(calls[0])
+        assert json.loads(calls[0].function.arguments) == {"city": "Oslo", "unit": "c"}
     # plain text stays text
-    monkeypatch.setattr(_Scripted, "reply", "It is sunny.")
+    scripted("It is sunny.")
     r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=60, tools=WEATHER)
     assert r.choices[0].message.content == "It is sunny." and not r.choices[0].message.tool_calls
     assert r.choices[0].finish_reason == "stop"
+
+
+def test_text_before_a_streamed_call_streams_as_content(client, scripted):
+    scripted("Let me look that up.\n" + HERMES_CALL)
+    kw = dict(model=MODEL, messages=ASK, max_tokens=60, tools=WEATHER)
+    whole = client.chat.completions.create(**kw).choices[0].message
+    chunks = list(client.chat.completions.create(stream=True, **kw))
+    content = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert "".join(content) == whole.content == "Let me look that up."
+    first_call = next(i for i, c in enumerate(chunks) if c.choices and c.choices[0].delta.tool_calls)
+    last_content = max(i for i, c in enumerate(chunks) if c.choices and c.choices[0].delta.content)
+    assert last_content < first_call                 # the text went out before the call began
+    assert json.loads(_streamed_calls(chunks)[0]["arguments"]) == json.loads(whole.tool_calls[0].function.arguments)
 
 
 def test_a_conversation_with_a_tool_result(client):

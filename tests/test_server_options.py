@@ -13,7 +13,7 @@ import urllib.request
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from test_server import TIMEOUT, _Server
+from test_server import TIMEOUT, ScriptedRunner, _Server
 
 import pymtp
 from pymtp.server import create_app
@@ -339,12 +339,8 @@ def test_an_error_inside_a_stream_is_reported_and_counted(served):
     from pymtp.errors import PymtpError
 
     app = create_app(served.model, model_name=MODEL)
-
-    async def failing(job):
-        yield "piece", "partial"
-        yield "error", PymtpError("the model broke down")
-
-    app.state.runner.stream = failing
+    app.state.runner = ScriptedRunner(served.model, lambda job: [("piece", "partial"),
+                                                                  ("error", PymtpError("the model broke down"))])
     with _Server(app) as srv:
         status, _, text = call(f"{srv.url}/v1/completions", {"prompt": "hi", "stream": True})
         assert status == 200
@@ -446,3 +442,28 @@ def test_streamed_logprobs_equal_the_whole_responses(served, client, stop):
              if c.choices and c.choices[0].logprobs]
     assert [t for p in parts for t in p.token_logprobs] == whole.token_logprobs
     assert [t for p in parts for t in p.tokens] == whole.tokens
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_failed_step_is_a_500_logged_once_with_the_request_id(served, monkeypatch, caplog, parallel):
+    """An engine failure inside a step is the server's, not the client's: a 500 naming the request
+    id (also in x-request-id), and one error record with that id in the log."""
+    from pymtp.batch import Batch
+    from pymtp._native import InvalidArgumentError
+    from pymtp.speculator import MTPSpeculator
+
+    def broken(*a, **k):
+        raise InvalidArgumentError("the kernel broke")
+
+    monkeypatch.setattr(Batch if parallel > 1 else MTPSpeculator, "step", broken)
+    with _Server(create_app(served.model, model_name=MODEL, parallel=parallel)) as srv:
+        caplog.clear()
+        status, hdrs, body = call(f"{srv.url}/v1/completions", {"prompt": "hi", "max_tokens": 4},
+                                  {"X-Request-Id": "trace-123"})
+        assert status == 500 and hdrs["x-request-id"] == "trace-123"
+        err = error_of(body)
+        assert err["type"] == "server_error" and "the kernel broke" in err["message"] and "trace-123" in err["message"]
+        errors = [r for r in caplog.records if r.levelname == "ERROR"]
+        assert len(errors) == 1 and "trace-123" in errors[0].getMessage() and errors[0].exc_info
+        status, hdrs, _ = call(f"{srv.url}/v1/completions", {"prompt": "hi", "max_tokens": 4})
+        assert status == 500 and hdrs["x-request-id"].startswith("req_")

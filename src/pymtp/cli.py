@@ -206,8 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", formatter_class=fmt, help="an OpenAI-compatible HTTP server (needs pymtp[server])",
                        description="Serve one model over an OpenAI-compatible API: /v1/completions, "
                                    "/v1/chat/completions (both with stream=true), /v1/models, and /health, "
-                                   "/metrics (Prometheus). Up to --parallel requests run together in batched speculative steps. "
-                                   "Needs: pip install 'pymtp-llm[server]'.",
+                                   "/metrics (Prometheus). Up to --parallel requests run together in batched speculative steps, "
+                                   "--max-queue more may wait; SIGTERM or Ctrl-C lets the requests in flight finish "
+                                   "(--shutdown-timeout) and exits 0. Needs: pip install 'pymtp-llm[server]'.",
                        epilog="examples:\n  pymtp serve -m model.gguf --port 8000 --model-name mymodel\n"
                               "  PYMTP_API_KEY=secret pymtp serve -m model.gguf --host 0.0.0.0\n\n"
                               "  from openai import OpenAI\n"
@@ -233,8 +234,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--parallel", type=int, default=4, metavar="N",
                    help="requests that run together, in batched speculative steps, each with --n-ctx positions "
                         "(default 4; 1: one at a time)")
+    s.add_argument("--max-queue", type=int, default=None, metavar="N",
+                   help="requests that may wait for a slot; more get 503 with Retry-After (default 64)")
+    s.add_argument("--max-body", default=None, metavar="SIZE",
+                   help="the largest request body, in bytes or with K / M (default 8M); larger: 413")
+    s.add_argument("--request-timeout", type=float, default=None, metavar="S",
+                   help="seconds a request may take, waiting for a slot included; a generation still "
+                        "running then ends with finish_reason 'length' (default 600; 0: no limit)")
+    s.add_argument("--shutdown-timeout", type=float, default=None, metavar="S",
+                   help="on SIGTERM / Ctrl-C, seconds the requests in flight get to finish before they "
+                        "are ended (default 20)")
     s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
-                   help="uvicorn's log level (default info)")
+                   help="log level: info logs one access line per request (default info)")
     _add_model_args(s)
     return parser
 
@@ -474,15 +485,40 @@ def cmd_serve(args) -> int:
                 raise CliError(f"--temperature must be in [0, 2], got {args.temperature}")
             defaults["temperature"] = args.temperature
         api_key = args.api_key if args.api_key is not None else os.environ.get("PYMTP_API_KEY")
+        limits = {}
+        if args.max_queue is not None:
+            limits["max_queue"] = args.max_queue
+        if args.max_body is not None:
+            limits["max_body"] = _byte_size(args.max_body, "--max-body")
+        if args.request_timeout is not None:
+            limits["request_timeout"] = args.request_timeout or None
+        shutdown = {}
+        if args.shutdown_timeout is not None:
+            if args.shutdown_timeout < 0:
+                raise CliError(f"--shutdown-timeout must be >= 0, got {args.shutdown_timeout}")
+            shutdown["shutdown_timeout"] = args.shutdown_timeout
         try:
             app = create_app(session, model_name=args.model_name, chat_template=args.template,
-                             defaults=defaults, api_key=api_key, parallel=args.parallel)
+                             defaults=defaults, api_key=api_key, parallel=args.parallel, **limits)
         except ValueError as e:
             raise CliError(str(e)) from None
-        serve(app, host=args.host, port=args.port, log_level=args.log_level)
+        serve(app, host=args.host, port=args.port, log_level=args.log_level, close_session=True, **shutdown)
         return EXIT_OK
     finally:
         session.close()
+
+
+def _byte_size(text: str, option: str) -> int:
+    """A size in bytes: 1048576, 512K, 8M (powers of 1024)."""
+    t = text.strip().upper().removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    try:
+        n = float(t[:-1] if scale > 1 else t) * scale
+    except ValueError:
+        raise CliError(f"{option} must be a size such as 1048576, 512K or 8M, got {text!r}") from None
+    if n < 1:
+        raise CliError(f"{option} must be at least 1 byte, got {text!r}")
+    return int(n)
 
 
 def cmd_bench(argv: Sequence[str]) -> int:

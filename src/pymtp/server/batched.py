@@ -1,151 +1,106 @@
 """BatchRunner: concurrent requests share batched speculative steps (pymtp.batch).
 
-One worker thread owns a Batch of n_seq slots. Requests wait in an inbox; between steps the
-worker admits as many as there are free slots (continuous batching: a request joins at the
-next step, a finished one leaves at once), runs one batched step for all of them, and hands
-each request's text pieces to its event loop. A request whose client went away is cancelled
-at the next step. The interface is Runner's: ``stream(job)``, ``run(job)``, ``stream_choices(jobs)``
-(whose choices run together).
+The worker thread owns a Batch of n_seq slots. Between steps it admits waiting choices into
+the free slots (continuous batching: a request joins at the next step, a finished one leaves
+at once), frees the slots of cancelled requests and ends those past their deadline, then runs
+one batched step for all the others and hands each request its text pieces. The choices of a
+request (n > 1) run together, and a cancel stops them all.
 """
 
 from __future__ import annotations
 
-import asyncio
-import queue
-import threading
-from collections import deque
-from dataclasses import dataclass
-from typing import AsyncIterator, Callable
+import time
 
 from ..batch import Batch, BatchItem
 from ..session import Session
 from .metrics import Metrics
-from .runner import Job, RunnerBase
+from .runner import DEFAULT_MAX_QUEUE, RunnerBase
+from .tickets import Choice, ShuttingDown
 
 __all__ = ["BatchRunner"]
-
-
-@dataclass
-class _Request:
-    job: Job
-    put: Callable[[tuple], None]            # hands an event to the request's event loop
-    cancel: threading.Event
-    reported: int = 0                       # tokens whose logprobs went out already
 
 
 class BatchRunner(RunnerBase):
     """Runs up to n_seq generations together on session's model (n_ctx positions each)."""
 
+    thread_name = "pymtp-batch"
+
     def __init__(self, session: Session, metrics: Metrics | None = None, *, n_seq: int = 4,
-                 n_ctx: int | None = None) -> None:
-        self.session = session
-        self.metrics = metrics or Metrics()
+                 n_ctx: int | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> None:
+        super().__init__(session, metrics, n_seq, max_queue)
         self.n_seq = n_seq
         self.n_ctx = n_ctx or session.n_ctx
-        self._inbox: queue.SimpleQueue[_Request] = queue.SimpleQueue()
-        self._start = threading.Lock()
-        self._thread: threading.Thread | None = None
         self.max_batch = 0                    # the most texts one step has carried so far
 
-    # ---- the event-loop side ---------------------------------------------------------------------
-
-    async def stream(self, job: Job) -> AsyncIterator[tuple[str, object]]:
-        """("piece", str) ... then ("done", GenerationResult) or ("error", exception); with
-        job.logprobs, ("logprobs", [(token, logprob, top), ...]) before a piece. Closing the
-        iterator early cancels the generation at the next step."""
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue = asyncio.Queue()
-        cancel = threading.Event()
-        self.metrics.add("queue_depth", 1)
-        self._inbox.put(_Request(job, lambda item: loop.call_soon_threadsafe(events.put_nowait, item), cancel))
-        self._ensure_worker()
-        try:
-            while True:
-                item = await events.get()
-                yield item
-                if item[0] in ("done", "error"):
-                    return
-        finally:
-            cancel.set()
-
-    async def stream_choices(self, jobs: list[Job]) -> AsyncIterator[tuple[int, str, object]]:
-        """(choice index, kind, value) of every job's stream, as they come: the choices run
-        together. Stops after an error; closing it early cancels them all."""
-        merged: asyncio.Queue = asyncio.Queue()
-        streams = [self.stream(j) for j in jobs]
-
-        async def pump(i: int, items) -> None:
-            async for kind, value in items:
-                await merged.put((i, kind, value))
-
-        tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
-        try:
-            left = len(jobs)
-            while left:
-                i, kind, value = await merged.get()
-                yield i, kind, value
-                if kind == "error":
-                    return
-                if kind == "done":
-                    left -= 1
-        finally:
-            for t in tasks:
-                t.cancel()
-            for s in streams:
-                await s.aclose()
-
-    # ---- the worker --------------------------------------------------------------------------
-
-    def _ensure_worker(self) -> None:
-        with self._start:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._work, name="pymtp-batch", daemon=True)
-                self._thread.start()
-
     def _work(self) -> None:
-        waiting: deque[_Request] = deque()
-        live: dict[int, tuple[BatchItem, _Request]] = {}
         try:
             batch = Batch(self.session, self.n_seq, n_ctx=self.n_ctx, spec=None)
         except BaseException as e:  # noqa: BLE001 - no contexts: every request hears why
-            while True:
-                req = self._inbox.get()
-                self.metrics.add("queue_depth", -1)
-                req.put(("error", e))
+            while (got := self.queue.take(self.n_seq, wait=True)) is not None:
+                for c in got:
+                    self.queue.release()
+                    c.ticket.put(c.index, "error", e)
+            return
+        live: dict[int, tuple[BatchItem, Choice]] = {}
         try:
             while True:
-                try:                    # wait for work only when there is none
-                    waiting.append(self._inbox.get(block=not live and not waiting, timeout=None))
-                    while True:
-                        waiting.append(self._inbox.get_nowait())
-                except queue.Empty:
-                    pass
-                while waiting and batch.free:
-                    self._admit(batch, waiting.popleft(), live)
-                for seq, (item, req) in list(live.items()):
-                    if req.cancel.is_set():
-                        batch.cancel(item)
-                        self._finish(live, seq, None)
+                self._expire_waiting()
+                got = self.queue.take(batch.free, wait=not live)     # waits only when idle
+                if got is None:
+                    break
+                for c in got:
+                    self._admit(batch, c, live)
+                    self._stop(batch, live)         # a prefill takes a while: the cancels that came meanwhile
+                if not got:
+                    self._stop(batch, live)
                 if live:
                     self._step(batch, live)
         finally:
+            for item, c in list(live.values()):
+                batch.cancel(item)
+                self.queue.release()
+                c.ticket.put(c.index, "error", ShuttingDown("the server is shutting down"))
             batch.close()
 
-    def _admit(self, batch: Batch, req: _Request, live: dict) -> None:
-        self.metrics.add("queue_depth", -1)
-        if req.cancel.is_set():
-            return
-        job = req.job
+    def _admit(self, batch: Batch, c: Choice, live: dict) -> None:
+        job = c.job
         try:
             with self.session.lock:      # the model's tokenizer, and nobody else decoding meanwhile
-                item = batch.add(job.prompt(), sampling=job.sampling, spec=job.spec, limits=job.limits,
+                prompt = job.prompt()
+                item = batch.add(prompt, sampling=job.sampling, spec=job.spec, limits=job.limits,
                                  constraint=job.constraint() if job.constraint else None, logprobs=job.logprobs,
                                  top_logprobs=job.top_logprobs)
         except BaseException as e:  # noqa: BLE001 - handed to the request
-            req.put(("error", e))
+            self.queue.release()
+            c.ticket.put(c.index, "error", e)
             return
-        self.metrics.add("running", 1)
-        live[item.seq_id] = (item, req)
+        self._started(c, prompt)
+        live[item.seq_id] = (item, c)
+
+    def _leave(self, live: dict, seq: int) -> None:
+        del live[seq]
+        self.queue.release()
+
+    def _stop(self, batch: Batch, live: dict) -> None:
+        """Free the slots of cancelled requests; end the generations past their deadline (all of
+        them once the drain's time is up)."""
+        now = time.monotonic()
+        stopping = self.stopping(now)
+        for seq, (item, c) in list(live.items()):
+            if stopping:
+                batch.cancel(item)
+                self._leave(live, seq)
+                c.ticket.put(c.index, "error", ShuttingDown("the server is shutting down"))
+            elif c.ticket.cancelled:
+                batch.cancel(item)
+                self._leave(live, seq)
+                self._cancelled(c, len(item.out.tokens))
+            elif c.ticket.expired(now):
+                sent = item.out.sent
+                batch.cancel(item, "timeout")              # flushes the held text: send it
+                self._leave(live, seq)
+                self._report(c, item.out, item.out.text[sent:])
+                self._finished(c, item.result)
 
     def _step(self, batch: Batch, live: dict) -> None:
         self.max_batch = max(self.max_batch, len(live))
@@ -153,26 +108,17 @@ class BatchRunner(RunnerBase):
             with self.session.lock:
                 pieces = batch.step()
         except BaseException as e:  # noqa: BLE001 - every text in the step fails alike
-            for seq, (item, req) in list(live.items()):
+            err = self._step_failed(e, [c for _, c in live.values()])
+            for seq, (item, c) in list(live.items()):
                 batch.cancel(item, "error")
-                self._finish(live, seq, ("error", e))
+                self._leave(live, seq)
+                c.ticket.put(c.index, "error", err)
             return
+        self._stepped()
         for item, piece in pieces:
-            req = live[item.seq_id][1]
-            out = item.out
-            if piece:
-                if req.job.logprobs and len(out.token_logprobs) > req.reported:
-                    new = out.entries(req.reported)
-                    req.put(("logprobs", new))
-                    req.reported += len(new)
-                req.put(("piece", piece))
-        for seq, (item, req) in list(live.items()):
+            c = live[item.seq_id][1]
+            self._report(c, item.out, piece)
+        for seq, (item, c) in list(live.items()):
             if item.finished:
-                self.metrics.generation_done(item.result)
-                self._finish(live, seq, ("done", item.result))
-
-    def _finish(self, live: dict, seq: int, event: tuple | None) -> None:
-        _, req = live.pop(seq)
-        self.metrics.add("running", -1)
-        if event is not None:
-            req.put(event)
+                self._leave(live, seq)      # the gauges are exact before the outcome is handed over
+                self._finished(c, item.result)

@@ -46,7 +46,11 @@ class JobMaker:
         """The jobs of a chat completion request, one per choice."""
         self.check_model(req.model)
         job = self.job(req, self.chat_prompt(req), self.chat_stops)
-        constraint = self.response_constraint(req) or self.forced_tool_constraint(req)
+        # A forced call is the reply: it follows the tool's schema, and response_format (checked
+        # all the same) would apply to a text reply, which a forced call leaves no room for (as
+        # OpenAI's API does; pydantic-ai sends both).
+        response = self.response_constraint(req)
+        constraint = self.forced_tool_constraint(req) or response
         if constraint is not None:
             job = replace(job, constraint=constraint.matcher)
         return self.choices(req, job)
@@ -66,8 +70,6 @@ class JobMaker:
             return None
         if kind not in ("json_object", "json_schema"):
             raise bad_request(f"response_format type {kind!r}: use text, json_object or json_schema", "response_format")
-        if req.tools and req.tool_choice not in (None, "none", "auto"):
-            raise bad_request("response_format and a forced tool call cannot both constrain the output", "response_format")
         try:
             from ..grammar import Constraint
             if kind == "json_object":

@@ -10,14 +10,21 @@ parser, so the format is checked by the reference implementation.
 What is counted (all since the app started):
 
 - ``pymtp_requests_total{endpoint, outcome}``: /v1 requests by outcome: ``ok``, ``cancelled``
-  (the client closed a stream before its end), ``client_error`` (4xx), ``server_error``
-  (5xx, or an error reported inside a stream).
+  (the client went away before the end: a stream closed early, a dropped connection),
+  ``client_error`` (4xx), ``rejected`` (503: every slot busy and ``max_queue`` requests waiting,
+  or the server shutting down), ``server_error`` (other 5xx, or an error reported inside a stream).
 - ``pymtp_generations_total``, ``pymtp_prompt_tokens_total``, ``pymtp_generated_tokens_total``,
   ``pymtp_draft_tokens_total``, ``pymtp_draft_tokens_accepted_total``: generations that ran to
   their end (one per choice) and their tokens; a cancelled generation is not counted.
+- ``pymtp_generations_cancelled_total``: generations stopped because their client went away;
+  ``pymtp_cancel_seconds_total`` and ``pymtp_cancel_seconds_max``: from the cancel to the freed slot;
+  ``pymtp_cancel_steps_max``: the most steps a cancelled generation's slot still took part in after
+  its cancel (the worker frees it before its next step: 0, or 1 when a step was running).
+- ``pymtp_generations_timed_out_total``: generations the request timeout ended (finish_reason
+  "length"; ``"pymtp": {"finish_reason": "timeout"}``); ``pymtp_steps_total``: the worker's steps.
 - Gauges: ``pymtp_tokens_per_second`` and ``pymtp_draft_acceptance_rate`` over the last
   ``WINDOW`` finished generations (decode steps only, prefill excluded), ``pymtp_queue_depth``
-  (generations waiting for the model), ``pymtp_generations_running`` (0 or 1),
+  (generations waiting for a slot), ``pymtp_generations_running`` (holding a slot),
   ``pymtp_requests_in_flight`` (/v1 requests being answered, queued ones included).
 """
 
@@ -25,18 +32,17 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Callable
 
 from ..stats import GenerationResult
 
-__all__ = ["ENDPOINTS", "Metrics", "MetricsMiddleware", "CONTENT_TYPE"]
+__all__ = ["ENDPOINTS", "Metrics", "CONTENT_TYPE", "OUTCOMES"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: Finished generations the tokens/s and acceptance gauges average over.
 WINDOW = 8
 #: Endpoint labels (a bounded set); any other /v1 path is counted as "other".
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/models")
-OUTCOMES = ("ok", "cancelled", "client_error", "server_error")
+OUTCOMES = ("ok", "cancelled", "client_error", "rejected", "server_error")
 
 
 class Metrics:
@@ -49,6 +55,9 @@ class Metrics:
         self.drafted = self.accepted = 0
         self.reused = self.restores = 0
         self.queue_depth = self.running = self.in_flight = 0
+        self.steps = self.timed_out = 0
+        self.cancelled = self.cancel_steps_max = 0
+        self.cancel_seconds_sum = self.cancel_seconds_max = 0.0
         self.recent: deque[tuple[int, float, int, int]] = deque(maxlen=WINDOW)  # emitted, seconds, drafted, accepted
 
     # ---- recording ----
@@ -70,6 +79,20 @@ class Metrics:
             self.reused += s.n_reused
             self.restores += s.reused_saved
             self.recent.append((s.n_emitted, s.t_total, s.n_drafted, s.n_accepted))
+
+    def cancel_done(self, steps: int, seconds: float) -> None:
+        """A cancelled generation left its slot steps steps and seconds s after its cancel."""
+        with self._lock:
+            self.cancelled += 1
+            self.cancel_steps_max = max(self.cancel_steps_max, steps)
+            self.cancel_seconds_sum += seconds
+            self.cancel_seconds_max = max(self.cancel_seconds_max, seconds)
+
+    def mean_generation_seconds(self) -> float:
+        """The mean wall time of the last WINDOW finished generations (0 without any)."""
+        with self._lock:
+            recent = list(self.recent)
+        return sum(r[1] for r in recent) / len(recent) if recent else 0.0
 
     def add(self, name: str, delta: int) -> None:
         """Move a gauge (queue_depth, running, in_flight) by delta."""
@@ -101,14 +124,24 @@ class Metrics:
                 ("pymtp_draft_tokens_total", "Draft tokens proposed in finished generations.", self.drafted),
                 ("pymtp_draft_tokens_accepted_total", "Draft tokens the target accepted in finished generations.",
                  self.accepted),
+                ("pymtp_generations_cancelled_total", "Generations stopped because their client went away.",
+                 self.cancelled),
+                ("pymtp_cancel_seconds_total", "Seconds from each cancel to its freed slot, added up.",
+                 self.cancel_seconds_sum),
+                ("pymtp_generations_timed_out_total", "Generations the request timeout ended.", self.timed_out),
+                ("pymtp_steps_total", "Generation steps the worker ran (batched: one per batch).", self.steps),
             ]
             gauges = [
                 ("pymtp_tokens_per_second", f"Decode tokens per second over the last {WINDOW} finished generations "
                                             "(prefill excluded).", tps),
                 ("pymtp_draft_acceptance_rate", f"Accepted / proposed draft tokens over the last {WINDOW} finished "
                                                 "generations.", acc),
-                ("pymtp_queue_depth", "Generations waiting for the model.", self.queue_depth),
-                ("pymtp_generations_running", "Generations running now (0 or 1).", self.running),
+                ("pymtp_queue_depth", "Generations waiting for a slot.", self.queue_depth),
+                ("pymtp_generations_running", "Generations holding a slot now.", self.running),
+                ("pymtp_cancel_seconds_max", "The longest time from a cancel to its freed slot.",
+                 self.cancel_seconds_max),
+                ("pymtp_cancel_steps_max", "The most steps a cancelled generation took part in after its cancel.",
+                 self.cancel_steps_max),
                 ("pymtp_requests_in_flight", "/v1 requests being answered (queued ones included).", self.in_flight),
             ]
         lines = ["# HELP pymtp_requests_total /v1 requests answered, by endpoint and outcome.",
@@ -123,54 +156,3 @@ class Metrics:
 
 def _num(v: float | int) -> str:
     return str(v) if isinstance(v, int) else repr(float(v))
-
-
-class MetricsMiddleware:
-    """ASGI middleware counting /v1 requests by outcome and the requests in flight.
-
-    The outcome comes from the response: its status, and whether its body was sent to
-    the end (a stream the client closed early is ``cancelled``). A route can override it
-    by setting ``request.state.pymtp_outcome`` (an error reported inside a stream)."""
-
-    def __init__(self, app: Callable, metrics: Metrics) -> None:
-        self.app, self.metrics = app, metrics
-
-    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1"):
-            await self.app(scope, receive, send)
-            return
-        status: int | None = None
-        recorded = False
-
-        def record(finished: bool) -> None:
-            """Count the request once: at its last body message (before the client can see the end of
-            the response, so a client reading /metrics next finds it counted), or when the app returns."""
-            nonlocal recorded
-            if recorded:
-                return
-            recorded = True
-            self.metrics.add("in_flight", -1)
-            override = scope.get("state", {}).get("pymtp_outcome")
-            if override:
-                outcome = override
-            elif status is None or status >= 500:
-                outcome = "server_error"
-            elif status >= 400:
-                outcome = "client_error"
-            else:
-                outcome = "ok" if finished else "cancelled"
-            self.metrics.request_done(scope["path"], outcome)
-
-        async def watch(message: dict[str, Any]) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                record(True)
-            await send(message)
-
-        self.metrics.add("in_flight", 1)
-        try:
-            await self.app(scope, receive, watch)
-        finally:
-            record(False)

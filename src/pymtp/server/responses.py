@@ -10,18 +10,20 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Any
 
 from fastapi.responses import StreamingResponse
 
 from ..display import stats_dict
 from ..stats import GenerationResult, SpecStats
 from .errors import from_exception
+from .tickets import Ticket
+from .toolstream import ToolCallStream
 
 __all__ = ["ChatReply", "CompletionReply", "Reply", "finish_reason", "merged_stats", "spec_summary", "summary",
            "usage"]
 
-_FINISH = {"stop": "stop", "length": "length", "context": "length"}
+_FINISH = {"stop": "stop", "length": "length", "context": "length", "timeout": "length"}
 _SUMMARY = ("acceptance_rate", "mean_accepted", "tokens_per_second", "acceptance_by_position", "tokens_per_step",
             "n_steps", "n_drafted", "n_accepted", "t_prefill", "t_total")
 
@@ -67,7 +69,7 @@ def usage(results: list[GenerationResult]) -> dict[str, int]:
 
 
 def finish_reason(result: GenerationResult) -> str:
-    """OpenAI's finish reason: a full context is "length"."""
+    """OpenAI's finish reason: a full context, and the request's deadline, are "length"."""
     return _FINISH.get(result.finish_reason, "stop")
 
 
@@ -106,11 +108,12 @@ class Reply:
         one's likeliest (token, logprob) pairs, or None."""
         raise NotImplementedError
 
-    #: the text is sent whole at the end (a reply that may be a tool call is parsed first)
-    holds_text = False
+    def piece_chunks(self, index: int, text: str) -> list[dict[str, Any]]:
+        """The chunks of a piece of choice index's text."""
+        return [self.chunk(index, text)] if text else []
 
-    def held(self, index: int, result: GenerationResult) -> list[dict[str, Any]]:
-        """Chunks with the held text of a finished choice."""
+    def done_chunks(self, index: int, result: GenerationResult) -> list[dict[str, Any]]:
+        """Chunks sent once choice index is done, before its closing chunk (text held until then)."""
         return []
 
     # ---- the same for both ----
@@ -148,17 +151,19 @@ class Reply:
         last["pymtp"] = spec_summary(result, self.speculative)
         return last
 
-    def streaming(self, first: tuple[int, str, object], items: AsyncIterator[tuple[int, str, object]],
-                  include_usage: bool, on_error=None) -> StreamingResponse:
-        """Server-sent events from the runner's (choice index, kind, value) items (first already taken);
-        closes items at the end. Each choice's chunks carry its index; the choices come in turn. An error
-        after the stream started is reported in-band and passed to on_error (the APIError)."""
+    def streaming(self, ticket: Ticket, first: tuple[int, str, object] | None, include_usage: bool,
+                  on_error=None) -> StreamingResponse:
+        """Server-sent events from the ticket's (choice index, kind, value) events (first already
+        taken). Each choice's chunks carry its index. An error after the stream started is
+        reported in-band and passed to on_error (the APIError). However the stream ends (the
+        client closing it included), the ticket is cancelled: a plain flag, no await, so it holds
+        in a task being cancelled."""
 
         async def events():
-            item, results, opened = first, [], set()
-            pending: dict[int, list] = {}
+            item, results, opened, failed = first, [], set(), False
+            pending: dict[int, list] = {}         # logprobs not sent yet, by choice
             try:
-                while True:
+                while item is not None:
                     index, kind, value = item
                     if index not in opened:
                         opened.add(index)
@@ -167,13 +172,14 @@ class Reply:
                     if kind == "logprobs":
                         pending.setdefault(index, []).extend(value)
                     elif kind == "piece":
-                        if value and not self.holds_text:
-                            yield sse(self.chunk(index, value, logprobs=pending.pop(index, None)))
+                        for c in self._with_logprobs(self.piece_chunks(index, value), index, pending):
+                            yield sse(c)
                     elif kind == "done":
                         results.append(value)
-                        for c in self.held(index, value):
+                        for c in self._with_logprobs(self.done_chunks(index, value), index, pending):
                             yield sse(c)
-                        if value.logprobs is not None and not self.holds_text:
+                        pending.pop(index, None)
+                        if value.logprobs is not None:
                             # tokens after the last piece (a stop string's, an end token's)
                             sent = self._sent_logprobs.get(index, 0)
                             tops = value.top_logprobs[sent:] if value.top_logprobs else [None] * len(value.tokens)
@@ -186,21 +192,30 @@ class Reply:
                         if on_error is not None:
                             on_error(err)
                         yield sse(err.body())
+                        failed = True
                         break
-                    try:
-                        item = await items.__anext__()
-                    except StopAsyncIteration:
-                        if include_usage and results:
-                            u = self.envelope(self.chunk_object, [])
-                            u["usage"] = usage(results)
-                            yield sse(u)
-                        break
+                    item = await ticket.next()
+                if include_usage and results and not failed:
+                    u = self.envelope(self.chunk_object, [])
+                    u["usage"] = usage(results)
+                    yield sse(u)
                 yield "data: [DONE]\n\n"
             finally:
-                await items.aclose()
+                ticket.cancel()
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    def _with_logprobs(self, chunks: list[dict[str, Any]], index: int, pending: dict[int, list]):
+        """chunks, the first carrying the logprobs that wait for choice index (they wait on when
+        there is no chunk)."""
+        if chunks and pending.get(index):
+            lps = pending.pop(index)
+            tokens, values, tops = zip(*lps)
+            chunks[0]["choices"][0]["logprobs"] = self.token_logprobs(list(tokens), list(values),
+                                                                      None if tops[0] is None else list(tops))
+            self._sent_logprobs[index] = self._sent_logprobs.get(index, 0) + len(tokens)
+        return chunks
 
 
 class CompletionReply(Reply):
@@ -226,7 +241,8 @@ class CompletionReply(Reply):
 class ChatReply(Reply):
     """A chat completion's response (``/v1/chat/completions``). With tools, the reply text is
     parsed for tool calls (pymtp.tools, the template's format): they become the message's
-    ``tool_calls`` and finish_reason "tool_calls"; streamed, the text is held and sent at the end."""
+    ``tool_calls`` and finish_reason "tool_calls". Streamed, text before a call goes out as
+    content and each call's arguments as they are generated (server.toolstream)."""
 
     prefix, object, chunk_object = "chatcmpl", "chat.completion", "chat.completion.chunk"
 
@@ -234,7 +250,7 @@ class ChatReply(Reply):
                  piece=None) -> None:
         super().__init__(model_id, speculative, piece)
         self.tools = tools
-        self.holds_text = tools is not None
+        self._streams: dict[int, ToolCallStream] = {}
 
     def _parsed(self, text: str):
         from ..tools import parse_tool_calls
@@ -257,17 +273,24 @@ class ChatReply(Reply):
                    for i, (t, lp) in enumerate(zip(tokens, logprobs))]
         return {"content": content, "refusal": None}
 
-    def held(self, index: int, result: GenerationResult) -> list[dict[str, Any]]:
+    def _stream(self, index: int) -> ToolCallStream:
+        if index not in self._streams:
+            self._streams[index] = ToolCallStream(self.tools[1], self.tools[0])
+        return self._streams[index]
+
+    def _delta_chunk(self, index: int, delta: dict[str, Any]) -> dict[str, Any]:
+        return self.envelope(self.chunk_object, [{"index": index, "delta": delta, "logprobs": None,
+                                                  "finish_reason": None}])
+
+    def piece_chunks(self, index: int, text: str) -> list[dict[str, Any]]:
+        if self.tools is None:
+            return super().piece_chunks(index, text)
+        return [self._delta_chunk(index, d) for d in self._stream(index).feed(text)]
+
+    def done_chunks(self, index: int, result: GenerationResult) -> list[dict[str, Any]]:
         if self.tools is None:
             return []
-        parsed = self._parsed(result.text)
-        lps = None
-        if result.logprobs is not None:
-            lps = list(zip(result.tokens, result.logprobs, result.top_logprobs or [None] * len(result.tokens)))
-        c = self.chunk(index, parsed.content or "", logprobs=lps)
-        if parsed.tool_calls:
-            c["choices"][0]["delta"]["tool_calls"] = [{"index": i, **call} for i, call in enumerate(parsed.tool_calls)]
-        return [c]
+        return [self._delta_chunk(index, d) for d in self._stream(index).finish()]
 
     def chunk_choice(self, index: int, text: str | None, finish: str | None) -> dict[str, Any]:
         delta = {"content": text} if text is not None else {}

@@ -1,26 +1,39 @@
-"""The runner: one generation at a time on the server's Session, each in a worker thread.
+"""Runners: the server's generations, in one worker thread that owns the model's contexts.
 
-The event loop stays responsive while a generation runs; requests queue on an
-asyncio lock that the worker thread releases only when its generation has really
-ended, so a client that disconnects mid-stream cannot make two generations
-overlap on the session's contexts. A request for n choices runs n jobs in turn
-(``stream_choices``); each takes the lock for itself.
+Requests become Tickets (server.tickets) in a bounded queue; the worker takes their choices
+as slots free up and runs them step by step. Between two steps it stops the generations whose
+client went away (their slot is free before the next step) and ends those past their
+request's deadline (finish_reason "length"). The event loop never waits for the model.
+
+RunnerBase is that machinery; Runner (``--parallel 1``) runs one generation at a time on the
+Session (whose prompt cache keeps several conversations), BatchRunner (server.batched) up to
+n_seq together in batched steps.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
+from typing import Callable
 
 from ..config import GenerationConfig, SamplingConfig, SpecConfig
-from ..generate import TextStream
+from ..errors import InvalidHandleError
 from ..session import Session
-from ..stats import GenerationResult
+from ..stats import GenerationResult, SpecStats
+from ..textout import TextOutput
 from .metrics import Metrics
+from .errors import REQUEST_ID
+from .tickets import Choice, GenerationFailed, RequestTimeout, ShuttingDown, Ticket, TicketQueue
 
-__all__ = ["Job", "Runner", "RunnerBase"]
+__all__ = ["DEFAULT_MAX_QUEUE", "Job", "Runner", "RunnerBase"]
+
+log = logging.getLogger("pymtp.server")
+
+#: Requests that may wait for a slot by default (more get 503 with Retry-After).
+DEFAULT_MAX_QUEUE = 64
 
 
 @dataclass
@@ -43,114 +56,202 @@ class Job:
 
 
 class RunnerBase:
-    """What a runner offers the app besides stream(job): run(job) and run_all(jobs)."""
+    """The queue, the worker thread and its lifetime; subclasses say how the worker runs."""
 
-    def stream(self, job: Job) -> AsyncIterator[tuple[str, object]]:
-        raise NotImplementedError
+    thread_name = "pymtp-worker"
 
-    async def run(self, job: Job) -> GenerationResult:
-        """Run job to its end; its result (or its exception, raised here)."""
-        last: tuple[str, object] = ("error", RuntimeError("the generation ended without a result"))
-        async for last in self.stream(job):   # runs to the end: the last item is the outcome
-            pass
-        kind, value = last
-        if kind == "error":
-            raise value
-        return value
+    def __init__(self, session: Session, metrics: Metrics | None, n_slots: int, max_queue: int) -> None:
+        self.session = session
+        self.metrics = metrics or Metrics()
+        self.queue = TicketQueue(n_slots, max_queue, self.metrics)
+        self.steps = 0                        # steps the worker ran (read by cancel(), any thread)
+        self.stop_at: float | None = None     # drain(timeout): when whatever still runs is ended
+        self._start = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    # ---- the event loop's side ----
+
+    def submit(self, jobs: list[Job], deadline: float | None = None) -> Ticket:
+        """A Ticket for jobs (a request's choices), queued; raises QueueFull or ShuttingDown."""
+        ticket = Ticket(jobs, asyncio.get_running_loop(), deadline)
+        ticket.steps = lambda: self.steps
+        ticket.request_id = REQUEST_ID.get()
+        self.queue.put(ticket)
+        self._ensure_worker()
+        return ticket
 
     async def run_all(self, jobs: list[Job]) -> list[GenerationResult]:
         """The results of jobs (the first error is raised)."""
-        return list(await asyncio.gather(*(self.run(j) for j in jobs)))
+        return await self.submit(jobs).results()
+
+    async def run(self, job: Job) -> GenerationResult:
+        return (await self.run_all([job]))[0]
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Take no new request (ShuttingDown); the ones in flight go on, for up to timeout seconds
+        (then they end with a shutting-down error). Sets flags only: safe in a signal handler."""
+        if timeout is not None and self.stop_at is None:
+            self.stop_at = time.monotonic() + timeout
+        self.queue.draining = True
+
+    @property
+    def draining(self) -> bool:
+        return self.queue.draining or self.queue.closed
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Stop the worker: waiting requests get a shutting-down error, running generations are
+        stopped after their step; the worker frees its contexts and ends. True once it has."""
+        self.drain()
+        self.stop_at = time.monotonic()
+        for c in self.queue.close():
+            c.ticket.put(c.index, "error", ShuttingDown("the server is shutting down"))
+        with self._start:
+            thread = self._thread
+        if thread is None:
+            return True
+        thread.join(timeout)
+        if thread.is_alive():
+            log.warning("the generation worker did not stop within %.0f s", timeout)
+            return False
+        return True
+
+    # ---- the worker's side ----
+
+    def _ensure_worker(self) -> None:
+        with self._start:
+            if self.queue.closed:
+                return
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name=self.thread_name, daemon=True)
+                self._thread.start()
+
+    def _work(self) -> None:
+        raise NotImplementedError
+
+    def stopping(self, now: float) -> bool:
+        """Whether the drain's time is up: what still runs ends now."""
+        return self.stop_at is not None and now >= self.stop_at
+
+    def _expire_waiting(self) -> None:
+        """Requests past their deadline before any of their choices started: a clear error (and
+        every waiting request once the drain's time is up)."""
+        now = time.monotonic()
+        if self.stopping(now):
+            for c in self.queue.close():
+                c.ticket.put(c.index, "error", ShuttingDown("the server is shutting down"))
+            return
+        for c in self.queue.expired(now):
+            if c.ticket.started:       # its other choices run: this one ends empty, like them at the deadline
+                c.ticket.put(c.index, "done", GenerationResult("", [], [], "timeout", SpecStats()))
+            else:
+                c.ticket.put(c.index, "error", RequestTimeout("the request waited for a free slot until its "
+                                                              "deadline (the server's --request-timeout)"))
+
+    def _started(self, c: Choice, prompt: list[int]) -> None:
+        c.ticket.started += 1
+        c.ticket.prompt_tokens = len(prompt)
+
+    def _report(self, c: Choice, out: TextOutput, piece: str) -> None:
+        """Hand a step's text piece (and the logprobs of its tokens) to the request."""
+        c.ticket.completion_tokens[c.index] = len(out.tokens)
+        if not piece:
+            return
+        if c.job.logprobs and len(out.token_logprobs) > c.reported:
+            new = out.entries(c.reported)
+            c.ticket.put(c.index, "logprobs", new)
+            c.reported += len(new)
+        c.ticket.put(c.index, "piece", piece)
+
+    def _finished(self, c: Choice, result: GenerationResult) -> None:
+        c.ticket.completion_tokens[c.index] = len(result.tokens)
+        if result.finish_reason == "timeout":
+            self.metrics.add("timed_out", 1)
+        self.metrics.generation_done(result)
+        c.ticket.put(c.index, "done", result)
+
+    def _cancelled(self, c: Choice, n_tokens: int) -> None:
+        """Record a generation stopped for its client, once its slot is free."""
+        t = c.ticket
+        c.ticket.completion_tokens[c.index] = n_tokens
+        self.metrics.cancel_done(self.steps - t.cancel_step, time.monotonic() - (t.cancel_time or time.monotonic()))
+
+    def _stepped(self) -> None:
+        self.steps += 1
+        self.metrics.add("steps", 1)
+
+    def _step_failed(self, e: BaseException, choices: list[Choice]) -> GenerationFailed:
+        """Log a failed step once (with the requests it took down); the error each of them gets."""
+        ids = sorted({c.ticket.request_id or "-" for c in choices})
+        log.error("a generation step failed (requests %s)", ", ".join(ids), exc_info=e)
+        return GenerationFailed(f"the generation failed in the server: {type(e).__name__}: {e}")
 
 
 class Runner(RunnerBase):
-    """Serializes generations on a Session; each runs in its own worker thread."""
+    """One generation at a time on the session (``--parallel 1``): its contexts and prompt cache,
+    so a conversation that comes back resumes its saved cache. n choices run in turn."""
 
-    def __init__(self, session: Session, metrics: Metrics | None = None) -> None:
-        self.session = session
-        self.lock = asyncio.Lock()
-        self.metrics = metrics or Metrics()
+    thread_name = "pymtp-generate"
 
-    async def run_all(self, jobs: list[Job]) -> list[GenerationResult]:
-        """The results of jobs, run in turn (the first error is raised)."""
-        return [await self.run(job) for job in jobs]
+    def __init__(self, session: Session, metrics: Metrics | None = None, *,
+                 max_queue: int = DEFAULT_MAX_QUEUE) -> None:
+        super().__init__(session, metrics, 1, max_queue)
 
-    async def stream(self, job: Job) -> AsyncIterator[tuple[str, object]]:
-        """("piece", str) ... then ("done", GenerationResult) or ("error", exception); with
-        job.logprobs, ("logprobs", [(token, logprob), ...]) before a piece, for the tokens
-        generated since the last one.
+    def _work(self) -> None:
+        while True:
+            self._expire_waiting()
+            got = self.queue.take(1, wait=True)
+            if got is None:
+                return
+            for c in got:
+                try:
+                    self._generate(c)
+                finally:
+                    self.queue.release()
 
-        Closing the iterator early stops the generation after its current step."""
-        loop = asyncio.get_running_loop()
-        metrics = self.metrics
-        metrics.add("queue_depth", 1)
+    def _generate(self, c: Choice) -> None:
+        """Run one choice step by step; the loop of pymtp.generate.TextStream, with a stop
+        between steps for a cancel or the deadline."""
+        job, ticket, session = c.job, c.ticket, self.session
         try:
-            await self.lock.acquire()
-        finally:
-            metrics.add("queue_depth", -1)
-        metrics.add("running", 1)
-        queue: asyncio.Queue = asyncio.Queue()
-        cancel = threading.Event()
-
-        def put(item) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-
-        def work() -> None:
-            s, end = None, None
-            try:
-                s = TextStream(self.session, job.prompt(), job.sampling, job.spec, job.limits,
-                               constraint=job.constraint() if job.constraint else None, logprobs=job.logprobs,
-                               top_logprobs=job.top_logprobs)
-                reported = 0                  # tokens whose logprobs went out with earlier pieces
-                for piece in s:
-                    if cancel.is_set():
-                        break
-                    if job.logprobs and len(s.token_logprobs) > reported:
-                        new = s.out.entries(reported)
-                        put(("logprobs", new))
-                        reported += len(new)
-                    put(("piece", piece))
-                else:
-                    metrics.generation_done(s.result)
-                    end = ("done", s.result)
-            except BaseException as e:  # noqa: BLE001 - handed to the event loop
-                end = ("error", e)
-            finally:
-                if s is not None:
-                    try:
-                        s.close()
-                    except Exception:  # pragma: no cover
-                        pass
-                metrics.add("running", -1)          # before the outcome is handed over: gauges are exact then
-                if end is not None:
-                    put(end)
-                loop.call_soon_threadsafe(self.lock.release)
-
-        try:
-            threading.Thread(target=work, name="pymtp-generate", daemon=True).start()
-        except BaseException:
-            metrics.add("running", -1)
-            self.lock.release()
-            raise
-        try:
-            while True:
-                item = await queue.get()
-                yield item
-                if item[0] in ("done", "error"):
+            prompt = job.prompt()
+            logprobs = job.logprobs or job.top_logprobs > 0
+            constraint = job.constraint() if job.constraint else None
+            with session.lock:
+                sp = session.speculator(job.sampling, job.spec)
+                if len(prompt) >= session.target.n_ctx:
+                    raise ValueError(f"the prompt has {len(prompt)} tokens; the context holds "
+                                     f"{session.target.n_ctx} (leave room for at least one new token)")
+                session.generation += 1            # a paused stream on this session notices
+                mine = session.generation
+                sp.start(prompt, constraint=constraint, logprobs=logprobs, top_logprobs=job.top_logprobs)
+            self._started(c, prompt)
+            out = TextOutput(session, job.limits, logprobs=logprobs, top_logprobs=job.top_logprobs,
+                             constraint=constraint)
+            while out.finish is None:
+                now = time.monotonic()
+                if ticket.cancelled:
+                    self._cancelled(c, len(out.tokens))
                     return
-        finally:
-            cancel.set()
-
-    async def stream_choices(self, jobs: list[Job]) -> AsyncIterator[tuple[int, str, object]]:
-        """(choice index, kind, value) of each job's stream in turn; stops after an error.
-
-        Closing it early stops the running generation and starts no other."""
-        for i, job in enumerate(jobs):
-            items = self.stream(job)
-            try:
-                async for kind, value in items:
-                    yield i, kind, value
-                    if kind == "error":
-                        return
-            finally:
-                await items.aclose()
+                if self.stopping(now):
+                    raise ShuttingDown("the server is shutting down")
+                if ticket.expired(now):
+                    self._report(c, out, out.end("timeout"))
+                    break
+                with session.lock:
+                    if session.closed:
+                        raise InvalidHandleError("the server's session was closed")
+                    if session.generation != mine:
+                        raise RuntimeError("another generation ran on the server's session")
+                    if sp.room() < 1:
+                        piece = out.end("context")
+                    else:
+                        try:
+                            step = sp.step(max_new=out.remaining())
+                        except Exception as e:  # noqa: BLE001 - the engine's failure, not the request's
+                            raise self._step_failed(e, [c]) from e
+                        piece = out.take(step, sp.room())
+                self._stepped()
+                self._report(c, out, piece)
+            self._finished(c, out.result(prompt, sp.stats))
+        except BaseException as e:  # noqa: BLE001 - handed to the request
+            ticket.put(c.index, "error", e)
