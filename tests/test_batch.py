@@ -223,3 +223,19 @@ def test_decode_rows_checks_its_rows(models):
         alone = t.logits().copy()
     np.testing.assert_allclose(both[:n], alone, rtol=0, atol=SAME_ROW_ATOL)
     np.testing.assert_allclose(both[n:], alone[:5], rtol=0, atol=SAME_ROW_ATOL)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_long_prompts_admitted_together_feed_the_head_in_n_batch_pieces(models, same_greedy, k):
+    """Two prompts whose unseen head inputs together exceed n_batch (a server admitting two long
+    requests at once): the first step's draft decode is split, and each text equals its run alone."""
+    m = models("glm4moe")
+    text = " ".join(f"item{i} = value{i * 7 % 13}" for i in range(40))
+    prompts = [m.tokenize(text)[:50], m.tokenize("x = " + text)[:50]]
+    spec = SpecConfig(n_draft=k, adaptive=False)
+    with Batch(m, n_seq=2, n_ctx=256, n_batch=64, spec=spec) as b:
+        items = [b.add(p, limits=GenerationConfig(max_tokens=12, ignore_eos=True)) for p in prompts]
+        b.run()
+    for p, it in zip(prompts, items):
+        assert it.result.finish_reason == "length"
+        same_greedy(m, p, it.result.tokens, _alone(m, p, spec, 12).tokens)

@@ -217,13 +217,11 @@ class Batch:
         # masked nextn decode returns its first rows: feed the queues first, then decode the
         # long drafts' last tokens first in the batch.
         longer = [j for j, k in enumerate(ks) if k > 1]
-        rows = [it.speculator.drafter.queue_inputs() for it in (items[j] for j in longer)]
-        if any(toks for toks, _, _ in rows):
-            self._decode_draft([(items[j], toks, h, p0) for j, (toks, h, p0) in zip(longer, rows) if toks],
-                               outputs=False)
-            for j in longer:
-                items[j].speculator.drafter.queue_fed()
+        self._feed_queues([items[j] for j in longer])
         order = longer + [j for j, k in enumerate(ks) if k == 1]
+        if sum(len(items[j].speculator.drafter.queue_inputs()[0]) + 1 for j in order) > ctx.n_batch:
+            # long queues (prompts admitted together) would overflow one decode: feed them first
+            self._feed_queues([items[j] for j in order])
         parts = [(items[j],) + items[j].speculator.drafter.draft_inputs(items[j].speculator.tokens[-1]) for j in order]
         self._decode_draft(parts, outputs=True)
         for j in order:
@@ -245,9 +243,18 @@ class Batch:
             it = items[j]
             it.speculator.drafter.draft_done(it.speculator.n_past, k, drafts[where[j]])
 
+    def _feed_queues(self, items: list[BatchItem]) -> None:
+        """Feed the head the accepted tokens it has not seen, in decodes of at most n_batch rows."""
+        rows = [(it,) + it.speculator.drafter.queue_inputs() for it in items]
+        rows = [r for r in rows if r[1]]
+        if rows:
+            self._decode_draft(rows, outputs=False)
+            for it in items:
+                it.speculator.drafter.queue_fed()
+
     def _decode_draft(self, parts, *, outputs: bool) -> None:
-        """One draft decode of (item, tokens, hidden rows, first position) parts; with outputs,
-        logits for each part's last row."""
+        """Draft decode of (item, tokens, hidden rows, first position) parts; with outputs, one
+        decode with logits for each part's last row, without, as many decodes as n_batch needs."""
         tokens, pos, seqs, flags = [], [], [], []
         for it, toks, _, p0 in parts:
             tokens += toks
@@ -256,7 +263,11 @@ class Batch:
             flags += [0] * (len(toks) - 1) + [1 if outputs else 0]
             it.speculator.drafter.ctx.n_writes += 1
         hidden = np.concatenate([h[:len(t)] for _, t, h, _ in parts])      # float32 rows, one array
-        self.draft.decode_rows(tokens, pos, seqs, output=np.array(flags, dtype=np.uint8), hidden=hidden)
+        flags_arr = np.array(flags, dtype=np.uint8)
+        step = len(tokens) if outputs else self.draft.n_batch
+        for a in range(0, len(tokens), step):
+            b = a + step
+            self.draft.decode_rows(tokens[a:b], pos[a:b], seqs[a:b], output=flags_arr[a:b], hidden=hidden[a:b])
 
     def _choose(self, items: list[BatchItem], order: list[int], drafts: list[Draft], where: list[int]) -> list[int]:
         """Each drafting sequence picks its next token from its row of the last draft decode
