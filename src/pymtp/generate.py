@@ -150,11 +150,11 @@ def _is_batch(prompt) -> bool:
 def _generate_batch(prompts: list, session: Session, request: Request) -> list[GenerationResult]:
     from .batch import Batch
 
-    if request.logits_processor is not None:
-        raise UnsupportedError("logits processors apply to one prompt at a time: call generate() per prompt")
-    if request.constraint is not None and len(prompts) > 1:
-        raise UnsupportedError("a constraint object holds the state of one text: give json_schema= or grammar= "
-                               "for a list of prompts (each gets its own matcher), or call generate() per prompt")
+    # The batch's drafting does not advance a constraint yet (issue #31, the engine's half): until
+    # it does, a list of prompts takes neither constraints nor logits processors.
+    if request.constrained or request.logits_processor is not None:
+        raise UnsupportedError("constraints and logits processors apply to one prompt at a time: "
+                               "call generate() per prompt")
     toks = [TextStream.prompt_tokens(session.model, p) for p in prompts]
     n_ctx = max(len(t) for t in toks) + request.limits.max_tokens + 1
     results: list[GenerationResult | None] = [None] * len(toks)

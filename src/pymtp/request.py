@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from typing_extensions import TypedDict
 
@@ -40,7 +40,7 @@ class GenerateOptions(TypedDict, total=False):
 
     max_tokens: int
     """Most tokens to generate (default 256)."""
-    stop: Union[str, Sequence[str], None]
+    stop: str | Sequence[str] | None
     """End the text before the first of these strings (not included in it)."""
     ignore_eos: bool
     """Keep going past end-of-generation tokens."""
@@ -60,17 +60,17 @@ class GenerateOptions(TypedDict, total=False):
     """OpenAI's: subtracted once from the logit of a token in the window."""
     frequency_penalty: float
     """OpenAI's: subtracted per occurrence in the window."""
-    logit_bias: Union[Mapping[int, float], None]
+    logit_bias: Mapping[int, float] | None
     """{token id: bias} added to the logits first (bias in [-100, 100])."""
-    seed: Union[int, None]
+    seed: int | None
     """Seed of the sampling RNG (default: a random one). A list of prompts seeds each alike."""
-    speculative: Union[bool, SpecConfig, Mapping[str, Any], None]
+    speculative: bool | SpecConfig | Mapping[str, Any] | None
     """True (the default): MTP drafting with the default [SpecConfig][pymtp.config.SpecConfig];
     False: plain decoding; a SpecConfig or a dict of its fields."""
     constraint: TokenConstraint
     """Any pymtp.sampling.TokenConstraint (e.g. ``pymtp.grammar.Constraint(...).matcher()``):
     masks every token; speculation stays exact. One generation's state: not for a list of prompts."""
-    json_schema: Union[dict, str]
+    json_schema: dict | str
     """The output follows this JSON schema (pymtp.grammar; ``pip install 'pymtp-llm[grammar]'``)."""
     grammar: str
     """The output follows this grammar (llguidance's Lark, or GBNF)."""
