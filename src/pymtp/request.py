@@ -94,7 +94,7 @@ _NONE_IS_DEFAULT = ("stop", "logit_bias", "seed", *_CONSTRAINT_OPTIONS, "logits_
 
 
 class OptionError(ValueError):
-    """An option value the model cannot take; ``option`` names it."""
+    """An option value that is out of its range or that the model cannot take; ``option`` names it."""
 
     def __init__(self, option: str, message: str) -> None:
         super().__init__(message)
