@@ -50,7 +50,7 @@ def test_resolve_builds_the_frozen_configs(models):
                  "speculative": {"n_draft": 2}, "top_logprobs": 2}, m)
     assert r.sampling == SamplingConfig(temperature=0.5, seed=3, logit_bias={4: 1.0})
     assert r.limits == GenerationConfig(max_tokens=9, stop=("x",))
-    assert r.spec == SpecConfig(n_draft=2) and r.spec.model_fields_set == {"n_draft"}
+    assert r.spec == SpecConfig(n_draft=2) and r.spec.model_fields_set == SpecConfig(n_draft=2).model_fields_set
     assert r.logprobs and r.wants_logprobs and r.top_logprobs == 2 and not r.constrained
     assert resolve({}, m) == Request(SamplingConfig(), SpecConfig(), GenerationConfig())
     assert resolve({"speculative": False}, m).spec is None
