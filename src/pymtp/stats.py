@@ -70,8 +70,10 @@ class SpecStats:
 
     @property
     def acceptance_by_position(self) -> list[float]:
-        """P(draft token i accepted | it was drafted)."""
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+        """P(draft token i accepted | it was drafted), for every position ever drafted (accepted_at
+        only grows as far as acceptances reach: the positions past it count 0 accepted)."""
+        accepted = self.accepted_at + [0] * (len(self.drafted_at) - len(self.accepted_at))
+        return [a / d if d else 0.0 for a, d in zip(accepted, self.drafted_at)]
 
     @property
     def mean_accepted(self) -> float:
