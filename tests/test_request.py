@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 
 import pytest
 from pydantic import ValidationError
