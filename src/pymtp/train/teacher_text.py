@@ -64,10 +64,11 @@ def _job_seed(seed: int, job_id: str) -> int:
 
 
 def generate(model, out: Path, jobs: list[dict], *, max_tokens: int, n_seq: int = 16, seed: int = 0,
-             log=print) -> Path:
+             deadline: float | None = None, log=print) -> Path:
     """Run the jobs through one pymtp.Batch of n_seq slots (plain batched decoding: every
     active text advances in one target decode per step), appending each finished text to
-    ``out``; ids already in ``out`` are skipped (resume)."""
+    ``out``; ids already in ``out`` are skipped (resume). Past ``deadline`` (time.time())
+    no new text starts; the running ones finish."""
     import pymtp
     from pymtp.config import GenerationConfig, SamplingConfig
 
@@ -77,6 +78,7 @@ def generate(model, out: Path, jobs: list[dict], *, max_tokens: int, n_seq: int 
     if not todo:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
+    _drop_partial_line(out)
     n_ctx = max(len(j["prompt"]) for j in todo) + max_tokens + 1
     limits = GenerationConfig(max_tokens=max_tokens)
     t0, n_tok = time.time(), 0
@@ -84,6 +86,9 @@ def generate(model, out: Path, jobs: list[dict], *, max_tokens: int, n_seq: int 
         waiting = list(todo)
         running: dict[int, tuple[dict, object]] = {}
         while waiting or batch.active:
+            if deadline is not None and time.time() > deadline and waiting:
+                log(f"  time budget spent: {len(waiting)} texts left for a later run")
+                waiting.clear()
             while waiting and batch.free:
                 j = waiting.pop(0)
                 temp = j["temperature"]
@@ -106,6 +111,15 @@ def generate(model, out: Path, jobs: list[dict], *, max_tokens: int, n_seq: int 
     return out
 
 
+def _drop_partial_line(path: Path) -> None:
+    """Cut a last line an interrupted run left unfinished, so that appending starts clean."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        path.write_bytes(data[:data.rfind(b"\n") + 1])
+
+
 def read_jsonl(path: Path) -> list[dict]:
     out = []
     with open(path) as f:
@@ -113,7 +127,7 @@ def read_jsonl(path: Path) -> list[dict]:
             try:
                 out.append(json.loads(line))
             except json.JSONDecodeError:      # a line cut short by an interrupted run
-                break
+                continue
     return out
 
 
@@ -146,9 +160,11 @@ def package_descriptions() -> list[tuple[str, str]]:
     return sorted(out)
 
 
-def human_documents(model, *, code_tokens: int, docs_tokens: int, seed: int) -> list[dict]:
-    """Windows of WINDOW tokens of stdlib code and package prose: every held-out window up to
-    a tenth of each budget, training windows up to the budget (files in a seeded order)."""
+def human_documents(model, *, code_tokens: int, docs_tokens: int, seed: int,
+                    splits: tuple[bool, ...] = (False, True)) -> list[dict]:
+    """Windows of WINDOW tokens of stdlib code and package prose: held-out windows up to a
+    tenth of each budget, training windows up to the budget (files in a seeded order); only
+    the splits named (held_out False / True)."""
     rng = random.Random(seed)
     out = []
     train_files, held_files = data.split_files()
@@ -159,6 +175,8 @@ def human_documents(model, *, code_tokens: int, docs_tokens: int, seed: int) -> 
         rng.shuffle(items)
         used = {False: 0, True: 0}
         for held, name, body in items:
+            if held not in splits:
+                continue
             cap = budgets[domain] // 10 if held else budgets[domain]
             if used[held] >= cap:
                 continue
