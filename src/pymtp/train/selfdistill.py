@@ -180,7 +180,8 @@ def train(args, work: Path, log=print) -> dict:
     if step == 0:
         curve.append(evaluate())
         log(_fmt(curve[-1]))
-    while step < args.steps:
+    stop = min(args.steps, args.stop_at or args.steps)
+    while step < stop:
         t0 = time.time()
         loss, figs = chain_loss(head, W, vocab, *crops.batch(rng, args.batch, dev), args.chain, feed=args.feed)
         opt.zero_grad(set_to_none=True)
@@ -198,8 +199,11 @@ def train(args, work: Path, log=print) -> dict:
         if step % args.eval_every == 0 or step == args.steps:
             curve.append(evaluate())
             log(_fmt(curve[-1]))
-        if step % args.ckpt_every == 0 or step == args.steps:
+        if step % args.ckpt_every == 0 or step == stop:
             save()
+    if step < args.steps:
+        log(f"stopped at step {step} of {args.steps}: a rerun resumes from {ckpt}")
+        return {"run": str(run), "steps": step, "stopped": True}
     out = run / HEAD_FILE
     write_head_gguf(head.cpu(), out)
     write_curve(out.with_suffix(".loss.csv"), curve)
@@ -248,6 +252,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--chain", type=int, default=3, help="recursion steps trained (weights 0.6^(k-1))")
     ap.add_argument("--feed", choices=("text", "draft"), default="text",
                     help="step k's input token: the text's (= the draft on accepted chains) or the head's argmax")
+    ap.add_argument("--stop-at", type=int, default=0, help="checkpoint and stop at this step (a later run resumes)")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-batches", type=int, default=4)
     ap.add_argument("--ckpt-every", type=int, default=25)
@@ -267,6 +272,8 @@ def main(argv=None) -> None:
             print(json.dumps(record["prepare"]), flush=True)
             return
     record["train"] = train(args, work)
+    if record["train"].get("stopped"):
+        return
     record["total_seconds"] = round(time.time() - t0, 1)
     import torch
 
