@@ -11,7 +11,8 @@ on held-out text only (teacher_text.py's splits), the heads taking turns on each
 * teacher-forced acceptance at draft length 1, by domain: the share of counted positions p
   where the head's argmax from (x(p+1), h(p)) over the draft vocabulary drafting uses
   (``--draft-vocab``, SpecConfig's default) equals the trunk's argmax at p+1; the full
-  vocabulary's too. Domains: ``code`` (held-out stdlib files), ``docs`` (held-out package
+  vocabulary's too, and a draft vocabulary of the same size taken from the distillation
+  corpus (``accept_corpus_vocab``; equal to ``accept`` when --work has no shards). Domains: ``code`` (held-out stdlib files), ``docs`` (held-out package
   READMEs), and the trunk's greedy ``chat``, ``prose`` and ``codegen`` text (from
   --text, python -m pymtp.train.selfdistill's trunk-text.jsonl; completions only);
 * real speculative generations (n_draft 3, fixed draft length) from held-out chat
@@ -51,13 +52,15 @@ def assemble(head: Path) -> Path:
 class TeacherForced:
     """Counts of head-vs-trunk argmax agreement for one model, per domain."""
 
-    def __init__(self, model, vocab_ids: np.ndarray):
+    def __init__(self, model, vocab_ids: np.ndarray, alt_vocab: np.ndarray | None = None):
         import pymtp
 
         self.t = pymtp.TargetContext(model, n_ctx=teacher_text.WINDOW, n_batch=teacher_text.WINDOW)
         self.d = pymtp.DraftContext(self.t)
         self.vocab = vocab_ids
-        self.counts: dict[str, np.ndarray] = {}     # domain -> [agree (draft vocab), agree (full), positions]
+        self.alt = alt_vocab if alt_vocab is not None else vocab_ids
+        # domain -> [agree (draft vocab), agree (full), positions, agree (the other draft vocab)]
+        self.counts: dict[str, np.ndarray] = {}
 
     def add(self, domain: str, toks: list[int], first: int) -> None:
         toks = toks[:teacher_text.WINDOW]
@@ -72,22 +75,26 @@ class TeacherForced:
         logits = self.d.logits()
         head_full = logits.argmax(1)
         head_vocab = self.vocab[logits[:, self.vocab].argmax(1)]
+        head_alt = self.alt[logits[:, self.alt].argmax(1)]
         p = np.arange(max(0, first - 2), len(toks) - 1)  # predictions of x(p+2) with p+2 >= first
-        c = self.counts.setdefault(domain, np.zeros(3, np.int64))
-        c += [(head_vocab[p] == trunk_next[p + 1]).sum(), (head_full[p] == trunk_next[p + 1]).sum(), len(p)]
+        c = self.counts.setdefault(domain, np.zeros(4, np.int64))
+        c += [(head_vocab[p] == trunk_next[p + 1]).sum(), (head_full[p] == trunk_next[p + 1]).sum(), len(p),
+              (head_alt[p] == trunk_next[p + 1]).sum()]
 
     def close(self) -> None:
         self.d.close()
         self.t.close()
 
     def figures(self) -> dict:
-        out = {d: {"accept": round(c[0] / max(c[2], 1), 4), "accept_full_vocab": round(c[1] / max(c[2], 1), 4),
-                   "positions": int(c[2])} for d, c in sorted(self.counts.items())}
+        def fig(c):
+            n = max(c[2], 1)
+            return {"accept": round(c[0] / n, 4), "accept_full_vocab": round(c[1] / n, 4),
+                    "accept_corpus_vocab": round(c[3] / n, 4), "positions": int(c[2])}
+
+        out = {d: fig(c) for d, c in sorted(self.counts.items())}
         groups = {"trunk_written": TRUNK_DOMAINS, "human_code": ("code",), "all": tuple(self.counts)}
         for g, doms in groups.items():
-            c = sum((self.counts[d] for d in doms if d in self.counts), np.zeros(3, np.int64))
-            out[g] = {"accept": round(c[0] / max(c[2], 1), 4), "accept_full_vocab": round(c[1] / max(c[2], 1), 4),
-                      "positions": int(c[2])}
+            out[g] = fig(sum((self.counts[d] for d in doms if d in self.counts), np.zeros(4, np.int64)))
         return out
 
 
@@ -100,7 +107,7 @@ def teacher_forced(model, seqs: list[tuple[list[int], int]]) -> tuple[int, int]:
             tf.add("all", toks, first + 1)
     finally:
         tf.close()
-    c = tf.counts.get("all", np.zeros(3, np.int64))
+    c = tf.counts.get("all", np.zeros(4, np.int64))
     return int(c[1]), int(c[2])
 
 
@@ -148,20 +155,36 @@ def prompts_for(model, text: Path | None, n: int) -> list[list[int]]:
     return out
 
 
+def corpus_vocab(work: Path, model, n: int) -> np.ndarray | None:
+    """The n most frequent tokens of the distillation corpus' training split (selfdistill's
+    shards in work) plus the end-of-generation tokens, or None without shards: the
+    alternative to pymtp.draft_vocab's stdlib-derived set."""
+    from . import teacher
+
+    if not (work / "teacher" / teacher.MANIFEST).exists():
+        return None
+    counts = np.bincount(teacher.load(work / "teacher", False).tokens, minlength=model.n_vocab)
+    top = np.argsort(-counts, kind="stable")[:n]
+    eog = [t for t in (model.eos, model.eot) if t is not None]
+    return np.unique(np.concatenate([top, np.asarray(eog, np.int64)])).astype(np.int64)
+
+
 def evaluate(heads: dict[str, Path], *, text: Path | None, per_domain: int = 20, human_tokens: int = 10_000,
-             n_prompts: int = 8, max_tokens: int = 64, draft_vocab: int = 4096, seed: int = 0, log=print) -> dict:
+             n_prompts: int = 8, max_tokens: int = 64, draft_vocab: int = 4096, seed: int = 0,
+             work: Path | None = None, log=print) -> dict:
     import pymtp
     from pymtp.draft_vocab import frequent_tokens
 
     sessions = {name: pymtp.load(assemble(h), n_ctx=2048) for name, h in heads.items()}
     first = next(iter(sessions.values())).model
     vocab = frequent_tokens(first, draft_vocab).astype(np.int64)
+    alt = corpus_vocab(work, first, draft_vocab) if work is not None else None
     docs = held_out_documents(first, text, per_domain=per_domain, human_tokens=human_tokens)
     prompts = prompts_for(first, text, n_prompts)
     log(f"{len(docs)} held-out documents, {len(prompts)} prompts, heads: {', '.join(heads)}")
     out = {name: {"head": str(h)} for name, h in heads.items()}
     t0 = time.time()
-    tf = {name: TeacherForced(s.model, vocab) for name, s in sessions.items()}
+    tf = {name: TeacherForced(s.model, vocab, alt) for name, s in sessions.items()}
     for d in docs:
         for name in heads:                         # the heads take turns on each document
             tf[name].add(d["domain"], d["tokens"], d["first"])
@@ -191,6 +214,8 @@ def main(argv=None) -> None:
     ap.add_argument("--prompts", type=int, default=8, help="prompts per kind (chat, prose, code)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--draft-vocab", type=int, default=4096)
+    ap.add_argument("--work", type=Path, default=None,
+                    help="selfdistill's work folder: its corpus gives the alternative draft vocabulary measured")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
     heads = {"shipped": SHIPPED}
@@ -198,7 +223,8 @@ def main(argv=None) -> None:
         heads[h.stem if h.stem not in heads else str(h)] = h
     text = args.text or default_work() / "trunk-text.jsonl"
     res = evaluate(heads, text=text, per_domain=args.per_domain, human_tokens=args.human_tokens,
-                   n_prompts=args.prompts, max_tokens=args.max_tokens, draft_vocab=args.draft_vocab)
+                   n_prompts=args.prompts, max_tokens=args.max_tokens, draft_vocab=args.draft_vocab,
+                   work=args.work or default_work())
     print(json.dumps(res, indent=1))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1) + "\n")
