@@ -203,7 +203,7 @@ def evaluate(heads: dict[str, Path], *, text: Path | None, per_domain: int = 20,
 
 
 def main(argv=None) -> None:
-    from pymtp.train.selfdistill import SHIPPED, default_work
+    from .selfdistill import SHIPPED, default_work
 
     ap = argparse.ArgumentParser(prog="python -m pymtp.train.evaluate_head", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -47,7 +47,7 @@ def prepare(args, work: Path, log=print) -> dict:
     """Trunk text, teacher shards, draft vocabulary and embeddings; returns timing figures."""
     import pymtp
     from pymtp import default_model, draft_vocab
-    from pymtp.train.head import gguf_weights
+    from .head import gguf_weights
 
     figures = {}
     teacher_path = default_model.resolve(None)
