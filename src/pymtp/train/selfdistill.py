@@ -55,12 +55,13 @@ def prepare(args, work: Path, log=print) -> dict:
     with pymtp.load(n_ctx=2048) as session:
         m = session.model
         if args.gen_minutes > 0:
-            t0 = time.time()
+            t0, c0 = time.time(), time.process_time()
             n0 = _generated_tokens(text)
             jobs = teacher_text.generation_jobs(m, n_code=args.n_code, seed=args.seed)
             teacher_text.generate(session, text, jobs, max_tokens=args.gen_tokens, n_seq=args.gen_seqs,
                                   seed=args.seed, deadline=t0 + 60 * args.gen_minutes, log=log)
             figures["generation"] = {"seconds": round(time.time() - t0, 1),
+                                     "cpu_seconds": round(time.process_time() - c0, 1),
                                      "new_tokens": _generated_tokens(text) - n0}
         docs = teacher_text.trunk_documents(text) if text.exists() else []
         docs += teacher_text.human_documents(m, code_tokens=args.code_tokens, docs_tokens=args.docs_tokens,
@@ -70,11 +71,12 @@ def prepare(args, work: Path, log=print) -> dict:
     if not (work / "embed.npy").exists():
         W = gguf_weights(teacher_path, {"token_embd.weight"})["token_embd.weight"]
         np.save(work / "embed.npy", W.astype(np.float16))
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     man = teacher.extract(teacher_path, docs, work / "teacher", top_k=args.top_k, n_threads=args.llama_threads or None,
                           log=log)
-    figures["extraction"] = {"seconds": round(time.time() - t0, 1), "tokens_total": man["tokens"],
-                             "seconds_total": man["seconds"]}
+    figures["extraction"] = {"seconds": round(time.time() - t0, 1), "cpu_seconds": round(time.process_time() - c0, 1),
+                             "tokens_total": man["tokens"], "seconds_total": man["seconds"],
+                             "cpu_seconds_total": man.get("cpu_seconds", 0.0)}
     return figures
 
 
@@ -142,7 +144,7 @@ def train(args, work: Path, log=print) -> dict:
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps))))
     rng = np.random.default_rng(args.seed)
-    step, curve, seconds = 0, [], 0.0
+    step, curve, seconds, cpu = 0, [], 0.0, 0.0
     ckpt = run / "ckpt.pt"
     if ckpt.exists():
         st = torch.load(ckpt, map_location=dev, weights_only=False)
@@ -151,7 +153,7 @@ def train(args, work: Path, log=print) -> dict:
         sched.load_state_dict(st["sched"])
         rng.bit_generator.state = st["rng"]
         torch.set_rng_state(st["torch_rng"])
-        step, curve, seconds = st["step"], st["curve"], st["seconds"]
+        step, curve, seconds, cpu = st["step"], st["curve"], st["seconds"], st.get("cpu_seconds", 0.0)
         log(f"resumed at step {step}")
     eval_rng = np.random.default_rng(args.seed + 1)
     eval_batches = [held.batch(eval_rng, args.batch, "cpu") for _ in range(args.eval_batches)]
@@ -174,7 +176,7 @@ def train(args, work: Path, log=print) -> dict:
         tmp = ckpt.with_suffix(".tmp")
         torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
                     "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(), "step": step,
-                    "curve": curve, "seconds": seconds}, tmp)
+                    "curve": curve, "seconds": seconds, "cpu_seconds": cpu}, tmp)
         tmp.replace(ckpt)
 
     if step == 0:
@@ -182,7 +184,7 @@ def train(args, work: Path, log=print) -> dict:
         log(_fmt(curve[-1]))
     stop = min(args.steps, args.stop_at or args.steps)
     while step < stop:
-        t0 = time.time()
+        t0, c0 = time.time(), time.process_time()
         loss, figs = chain_loss(head, W, vocab, *crops.batch(rng, args.batch, dev), args.chain, feed=args.feed)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -191,6 +193,7 @@ def train(args, work: Path, log=print) -> dict:
         sched.step()
         step += 1
         seconds += time.time() - t0
+        cpu += time.process_time() - c0
         if step % 10 == 0:
             row = {"step": step, "seconds": round(seconds, 1), "train_loss": round(float(loss), 5)}
             row |= {f"train_agree{k + 1}": round(f["agree"], 4) for k, f in enumerate(figs)}
@@ -208,6 +211,7 @@ def train(args, work: Path, log=print) -> dict:
     write_head_gguf(head.cpu(), out)
     write_curve(out.with_suffix(".loss.csv"), curve)
     return {"run": str(run), "head": str(out), "steps": step, "train_seconds": round(seconds, 1),
+            "train_cpu_seconds": round(cpu, 1),
             "seconds_per_step": round(seconds / max(step, 1), 3),
             "tokens_seen": step * args.batch * args.seq, "train_tokens": tr.n_tokens, "held_out_tokens": he.n_tokens,
             "first": curve[0], "final": [r for r in curve if "held_kl1" in r][-1]}

@@ -86,7 +86,7 @@ def extract(teacher: Path, docs: list[dict], out_dir: Path, *, top_k: int = 32, 
     ctx = pymtp.TargetContext(model, n_ctx=n_batch * n_seq, n_batch=n_batch, n_seq_max=n_seq, n_threads=n_threads)
     buf: dict[str, list] = {k: [] for k in ("tokens", "hidden", "ids", "logp")}
     meta: list[dict] = []
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     try:
         for pack in _packs(todo, n_batch):
             group = [todo[i] for i in pack]
@@ -109,19 +109,19 @@ def extract(teacher: Path, docs: list[dict], out_dir: Path, *, top_k: int = 32, 
                     meta.append({k: d[k] for k in ("id", "domain", "held_out", "first")})
                     o += L
             if sum(len(t) for t in buf["tokens"]) >= shard_tokens:
-                _write_shard(out_dir, man, buf, meta, time.time() - t0)
-                t0 = time.time()
+                _write_shard(out_dir, man, buf, meta, time.time() - t0, time.process_time() - c0)
+                t0, c0 = time.time(), time.process_time()
                 log(f"  shard {len(man['shards'])}: {man['docs_done']} documents, {man['tokens']} tokens, "
                     f"{man['seconds']:.0f} s")
         if meta:
-            _write_shard(out_dir, man, buf, meta, time.time() - t0)
+            _write_shard(out_dir, man, buf, meta, time.time() - t0, time.process_time() - c0)
     finally:
         ctx.close()
         model.close()
     return man
 
 
-def _write_shard(out_dir: Path, man: dict, buf: dict, meta: list[dict], seconds: float) -> None:
+def _write_shard(out_dir: Path, man: dict, buf: dict, meta: list[dict], seconds: float, cpu_seconds: float = 0.0) -> None:
     name = f"shard-{len(man['shards']):05d}.npz"
     lens = np.asarray([len(t) for t in buf["tokens"]], np.int64)
     tmp = out_dir / (name + ".tmp")
@@ -136,6 +136,8 @@ def _write_shard(out_dir: Path, man: dict, buf: dict, meta: list[dict], seconds:
     man["docs_done"] += len(meta)
     man["tokens"] += int(lens.sum())
     man["seconds"] = round(man["seconds"] + seconds, 1)
+    # CPU time of the process (all its threads): on a busy machine, what idle cores would take
+    man["cpu_seconds"] = round(man.get("cpu_seconds", 0.0) + cpu_seconds, 1)
     tmp = out_dir / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(man, indent=1) + "\n")
     os.replace(tmp, out_dir / MANIFEST)
