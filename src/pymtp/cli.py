@@ -150,6 +150,10 @@ def _add_sampling_args(p: argparse.ArgumentParser, *, max_tokens: int = 256) -> 
     s.add_argument("--p-min", type=float, default=None, metavar="P",
                    help="stop drafting when the head's top probability is below P (default 0)")
     s.add_argument("--no-adaptive", action="store_true", help="keep the draft length fixed at --n-draft")
+    s.add_argument("--policy", choices=("auto", "fixed", "adaptive"), default=None,
+                   help="how each draft's length is chosen: auto (the default; the length, 0 included, with the "
+                        "most expected tokens per second from measured costs), fixed (--n-draft every step), "
+                        "adaptive; --n-draft/--p-min/--no-adaptive alone mean fixed")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -231,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--p-min", type=float, default=None, metavar="P",
                    help="stop drafting when the head's top probability is below P, when a request gives no "
                         "p_min (default 0; llama-server's --spec-draft-p-min default is 0.75)")
+    s.add_argument("--policy", choices=("auto", "fixed", "adaptive"), default=None,
+                   help="draft-length policy when a request gives none (default auto: the length, 0 included, "
+                        "with the most expected tokens per second; --n-draft/--p-min alone mean fixed)")
     s.add_argument("--parallel", type=int, default=4, metavar="N",
                    help="requests that run together, in batched speculative steps, each with --n-ctx positions "
                         "(default 4; 1: one at a time)")
@@ -302,6 +309,8 @@ def _speculative(args, model) -> bool | dict:
         spec["p_min"] = args.p_min
     if args.no_adaptive:
         spec["adaptive"] = False
+    if args.policy is not None:
+        spec["policy"] = args.policy
     return spec or True
 
 
@@ -477,7 +486,7 @@ def cmd_serve(args) -> int:
         defaults = {"speculative": False} if (args.no_spec or args.no_mtp or not mtp) else {}
         if args.max_tokens is not None:
             defaults["max_tokens"] = args.max_tokens
-        for name in ("n_draft", "p_min"):
+        for name in ("n_draft", "p_min", "policy"):
             if getattr(args, name) is not None:
                 defaults[name] = getattr(args, name)
         if args.temperature is not None:
@@ -575,7 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 _OPTION_NAMES = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p",
                  "repetition_penalty": "--repetition-penalty", "seed": "--seed", "max_tokens": "--max-tokens",
-                 "n_draft": "--n-draft", "p_min": "--p-min", "stop": "--stop"}
+                 "n_draft": "--n-draft", "p_min": "--p-min", "policy": "--policy", "stop": "--stop"}
 
 
 def _validation_message(e) -> str:

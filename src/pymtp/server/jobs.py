@@ -165,7 +165,7 @@ class JobMaker:
                                       stop=tuple(stops), ignore_eos=pick("ignore_eos", False))
             spec = None
             if speculative:
-                given = {k: pick(k, None) for k in ("n_draft", "p_min")}
+                given = {k: pick(k, None) for k in ("n_draft", "p_min", "policy")}
                 spec = SpecConfig(**{k: v for k, v in given.items() if v is not None})
         except ValidationError as e:
             raise validation_error(e.errors()) from None

@@ -8,7 +8,7 @@ is not JSON gets a 400 naming where it breaks (line, column and character offset
 from __future__ import annotations
 
 import json
-from typing import Any, Optional, TypeVar, Union
+from typing import Any, Literal, Optional, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -74,6 +74,7 @@ class CommonRequest(BaseModel):
     speculative: Optional[bool] = None
     n_draft: Optional[int] = Field(None, ge=1, le=16)
     p_min: Optional[float] = Field(None, ge=0.0, le=1.0)
+    policy: Optional[Literal["auto", "fixed", "adaptive"]] = None   # SpecConfig.policy
 
     def wants_usage(self) -> bool:
         """Whether a stream should end with a usage chunk (stream_options.include_usage)."""
