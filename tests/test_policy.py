@@ -294,3 +294,21 @@ def test_in_a_batch(echo):
                 assert tail.count(want) >= len(tail) - 1, (agree, ks)
             else:     # plain steps and probes (accepted probes come every PROBE_MIN steps at most)
                 assert tail.count(0) >= 0.75 * len(tail) and max(tail) <= 1, (agree, table, ks)
+
+
+def test_confidence_cut_follows_the_cost_of_a_row():
+    """The cut: a token is worth its verify row when its head probability reaches the tokens the
+    step's rate earns in that row's seconds: higher where rows cost more, none on probes, and a
+    p_min the user gives stays."""
+    def cut(table, **kw):
+        p = AutoPolicy(SpecConfig(policy="auto", n_draft=4, **kw), 4, costs=CostModel.table(table, 0.02))
+        run(p, lambda step: 0.8, 50)
+        k = p.next_length(100)
+        return k, p.p_min
+    k_mid, cut_mid = cut(MID)
+    k_cheap, cut_cheap = cut(CHEAP)
+    assert k_mid > 0 and k_cheap > 0 and 0 < cut_cheap < cut_mid < 0.9
+    assert cut(MID, p_min=0.3)[1] == 0.3
+    p = auto(costs=CostModel.table(DEAR, 0.02))
+    ks = run(p, lambda step: 1.0, 100)
+    assert p.trace[-1].probe or p.p_min == 0.0

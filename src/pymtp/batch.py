@@ -206,7 +206,7 @@ class Batch:
                 if sp.drafter.can_draft():
                     together.append(i)
             else:                        # one sequence at a time
-                drafts[i] = sp.drafter.propose(sp.tokens[-1], sp.n_past, k, sp.sampler, sp.tokens, sp.spec.p_min)
+                drafts[i] = sp.drafter.propose(sp.tokens[-1], sp.n_past, k, sp.sampler, sp.tokens, sp.policy.p_min)
         if together:
             self._draft_together([items[i] for i in together], [ks[i] for i in together], drafts, together)
         return drafts
@@ -284,7 +284,7 @@ class Batch:
         for r, j in enumerate(order):
             sp = items[j].speculator
             greedy = (int(self._argmax_ids[r]), float(self._argmax_p[r]))
-            if sp.drafter.take(drafts[where[j]], logits[r], sp.sampler, sp.tokens, sp.spec.p_min, greedy):
+            if sp.drafter.take(drafts[where[j]], logits[r], sp.sampler, sp.tokens, sp.policy.p_min, greedy):
                 going.append(j)
         return going
 

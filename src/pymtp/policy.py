@@ -38,6 +38,8 @@ PROBE_FIRST, PROBE_MAX = 8, 64
 #: ... the shortest gap, after accepted probes; the share of the time probes may lose at most,
 #: and the longest gap that share may ask for.
 PROBE_MIN, PROBE_BUDGET, PROBE_CAP = 4, 0.02, 256
+#: The highest confidence cut auto sets (a head's top probability is seldom above it).
+P_MIN_CAP = 0.9
 #: Calibration: seconds it may take, and repeats per row count (the fastest one counts).
 CALIBRATION_BUDGET = 0.4
 CALIBRATION_REPEATS = 3
@@ -370,9 +372,22 @@ class AutoPolicy:
             gap = max(self._probe_gap, min(PROBE_CAP, loss / (PROBE_BUDGET * cost[0])))
             if self._plain_run >= gap:
                 k, probe = 1, True
+        if self.config.p_min == 0.0:
+            self.p_min = self._cut(k, probe, tps, cost)
         self.trace.append(Choice(k, probe, float(tps[k]), gain[k] - tokens_before))
         self._t_chosen = time.perf_counter()
         return k
+
+    def _cut(self, k: int, probe: bool, tps: list[float], cost: list[float]) -> float:
+        """The confidence cut: when the head proposes a token (its draft decode done), keeping
+        it costs its verify row; a token whose head probability (taken as its chance of
+        acceptance) is below the tokens the step's rate earns in those seconds costs more than it
+        brings. Not for probes: they measure."""
+        if k == 0 or probe:
+            return 0.0
+        c, b = self.costs, self._rows_before
+        row = c.verify(b + k + 1, self._pos) - c.verify(b + k, self._pos)
+        return min(P_MIN_CAP, max(0.0, tps[k] * row))
 
     def update(self, n_drafted: int, n_accepted: int, t_draft: float = 0.0, t_verify: float = 0.0) -> None:
         choice = self.trace[-1] if self.trace else None

@@ -291,7 +291,7 @@ class MTPSpeculator:
         try:
             # DRAFT
             k = self.draft_length(max_new)
-            draft = (self.drafter.propose(last, n_past, k, self.sampler, self.tokens, self.spec.p_min)
+            draft = (self.drafter.propose(last, n_past, k, self.sampler, self.tokens, self.policy.p_min)
                      if k > 0 else Draft())
             t1 = time.perf_counter()
             # VERIFY: one target decode of [last, d1..dk]
