@@ -162,7 +162,9 @@ class CostModel:
 def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_threads: int | None = None) -> CostModel:
     """Measure W(n) for n = 1 .. max_rows (a few row counts, within `budget` seconds) and the
     attention's cost per position on a scratch context of `model`, then free it."""
-    from .model import TargetContext          # (import here: policy.py is imported by the engine)
+    from .model import (
+        TargetContext,  # (import here: policy.py is imported by the engine)
+    )
 
     t_start = time.perf_counter()
     sizes = sorted({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64} & set(range(1, max_rows + 1)) | {max_rows})
