@@ -321,3 +321,27 @@ def test_confidence_cut_follows_the_cost_of_a_row():
     p = auto(costs=CostModel.table(DEAR, 0.02))        # plain steps and probes: no cut
     run(p, lambda step: 1.0, 100)
     assert p.trace[-1].k <= 1 and p.p_min == 0.0
+
+
+def test_stats_show_and_plot_the_choice():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pymtp.display import plot_policy, stats_html
+    from pymtp.policy import Choice
+    from pymtp.stats import SpecStats
+
+    s = SpecStats()
+    for k, pred, meas in ((3, 100.0, 90.0), (0, 50.0, 55.0), (1, 60.0, 40.0)):
+        s.record_choice(Choice(k, k == 1, pred, measured_tps=meas))
+    assert (s.k_chosen, s.tps_predicted, s.tps_measured) == ([3, 0, 1], [100.0, 50.0, 60.0], [90.0, 55.0, 40.0])
+    assert "auto policy" in stats_html(s) and "70.0 / 61.7" in stats_html(s)
+    fig = plot_policy(s)
+    ax, rate = fig.axes
+    assert list(ax.get_lines()[0].get_ydata()) == [3, 0, 1]
+    assert [list(x.get_ydata()) for x in rate.get_lines()] == [[100.0, 50.0, 60.0], [90.0, 55.0, 40.0]]
+    plt.close(fig)
+    fig = plot_policy(SpecStats())
+    assert "no auto-policy steps" in fig.axes[0].texts[0].get_text()
+    plt.close(fig)
