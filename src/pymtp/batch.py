@@ -28,6 +28,7 @@ from .config import GenerationConfig, SamplingConfig, SpecConfig
 from .drafter import Draft, MTPDrafter
 from .errors import UnsupportedError
 from .model import DraftContext, TargetContext
+from .policy import AutoPolicy, plan_batch
 from .rollback import n_rs_seq_for
 from .seqview import DraftView, TargetView
 from .speculator import MTPSpeculator, State
@@ -127,7 +128,8 @@ class Batch:
         if sp is None or (sp.drafter is not None) != want_draft:
             target = TargetView(self.target, seq, n_ctx=self.n_ctx)
             drafter = MTPDrafter(DraftView(self.draft, seq, n_ctx=self.n_ctx)) if want_draft else None
-            sp = MTPSpeculator(target, drafter, spec=spec or SpecConfig())
+            sp = MTPSpeculator(target, drafter, spec=spec or SpecConfig(),
+                               batch_rows=self.n_seq * ((spec or SpecConfig()).n_draft + 1))
             self._speculators[seq] = sp
         elif spec is not None:
             sp.spec = spec
@@ -172,6 +174,7 @@ class Batch:
                 # a checkpoint rollback re-decodes, which rewrites the rows the others still read
                 logits, hidden = logits.copy(), None if hidden is None else hidden.copy()
             t2 = time.perf_counter()
+            self._observe_costs(items, drafts, t1 - t0, t2 - t1)
             for it, d, o in zip(items, drafts, offsets):
                 sp = it.speculator
                 n = len(d.tokens) + 1
@@ -192,7 +195,7 @@ class Batch:
         return pieces
 
     def _draft(self, items: list[BatchItem]) -> list[Draft]:
-        ks = [it.speculator.draft_length(it.out.remaining()) for it in items]
+        ks = plan_batch([it.speculator for it in items], [it.out.remaining() for it in items])
         drafts = [Draft() for _ in items]
         together = []
         for i, (it, k) in enumerate(zip(items, ks)):
@@ -203,7 +206,7 @@ class Batch:
                 if sp.drafter.can_draft():
                     together.append(i)
             else:                        # one sequence at a time
-                drafts[i] = sp.drafter.propose(sp.tokens[-1], sp.n_past, k, sp.sampler, sp.tokens, sp.spec.p_min)
+                drafts[i] = sp.drafter.propose(sp.tokens[-1], sp.n_past, k, sp.sampler, sp.tokens, sp.policy.p_min)
         if together:
             self._draft_together([items[i] for i in together], [ks[i] for i in together], drafts, together)
         return drafts
@@ -281,7 +284,7 @@ class Batch:
         for r, j in enumerate(order):
             sp = items[j].speculator
             greedy = (int(self._argmax_ids[r]), float(self._argmax_p[r]))
-            if sp.drafter.take(drafts[where[j]], logits[r], sp.sampler, sp.tokens, sp.spec.p_min, greedy):
+            if sp.drafter.take(drafts[where[j]], logits[r], sp.sampler, sp.tokens, sp.policy.p_min, greedy):
                 going.append(j)
         return going
 
@@ -301,6 +304,20 @@ class Batch:
         self.target.decode_rows(tokens, pos, seqs)
         hidden = self.target.hidden() if self.draft is not None else None
         return self.target.logits(), hidden, offsets
+
+    def _observe_costs(self, items: list[BatchItem], drafts: list[Draft], t_draft: float, t_verify: float) -> None:
+        """The auto policy's costs are the batch's: one verify of every sequence's rows."""
+        policies = [it.speculator.policy for it in items if isinstance(it.speculator.policy, AutoPolicy)]
+        if not policies:
+            return
+        costs = policies[0].costs
+        n_rows = sum(len(d.tokens) + 1 for d in drafts)
+        mean_pos = sum((it.speculator.n_past + len(d.tokens) / 2) * (len(d.tokens) + 1)
+                       for it, d in zip(items, drafts)) / n_rows
+        costs.observe_verify(n_rows, mean_pos, t_verify)
+        n_drafted = sum(len(d.tokens) for d in drafts)
+        if n_drafted and not any(p.catching_up for p in policies):
+            costs.observe_draft(n_drafted, t_draft)
 
     # ---- running -----------------------------------------------------------------------------
 

@@ -55,9 +55,19 @@ class SamplingConfig(BaseModel):
         return self.temperature == 0.0
 
 
+#: The settings of the fixed and adaptive policies: a SpecConfig that sets any of them (and no
+#: policy) keeps the policy those settings were made for, "fixed" (or "adaptive" with adaptive=True).
+LEGACY_POLICY_FIELDS = ("n_draft", "p_min", "adaptive", "cooldown", "cooldown_steps", "n_min")
+
+
 class SpecConfig(BaseModel):
     """Who drafts (the MTP head, or prompt lookup), and the policy that sizes drafts.
 
+    policy: auto (the default unless one of the fixed settings below is given): each step the
+      draft length in 0..n_draft (0: a plain decode step) with the most expected tokens per
+      second, from costs measured for this model and machine and recent acceptance
+      (pymtp.policy); fixed: n_draft every step (with p_min and cooldown); adaptive: the
+      earlier adaptive length in n_min..n_draft.
     n_draft: most tokens drafted per step (chained-head models cap it at their head count).
     p_min: stop drafting when the head's top probability falls below it.
     adaptive: choose each draft's length for the most expected tokens per second, from
@@ -68,12 +78,17 @@ class SpecConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    policy: Literal["auto", "fixed", "adaptive"] = Field(
+        "auto", description="auto: the draft length (0 included) with the most expected tokens per second, "
+        "from measured costs and recent acceptance; fixed: n_draft every step; adaptive: the earlier "
+        "adaptive length. Default: auto, or fixed/adaptive when n_draft, p_min, adaptive, cooldown, "
+        "cooldown_steps or n_min is given")
     n_draft: int = Field(3, ge=1, le=16)
     p_min: float = Field(0.0, ge=0.0, le=1.0)
     # Fixed length 3 measured fastest at greedy on the deep benchmark variant (1.66x plain;
     # adaptive 1.45x; at T=0.8 k=2 1.48x, k=3 1.37x): tools/measure_policy.py, README.
     adaptive: bool = False
-    adaptive_window: int = Field(16, ge=2, le=1024, description="steps the adaptive estimates average over")
+    adaptive_window: int = Field(16, ge=2, le=1024, description="steps the acceptance estimates average over")
     cooldown: int = Field(0, ge=0, le=16)
     cooldown_steps: int = Field(1, ge=0, le=1024)
     n_min: int = Field(1, ge=1, le=16, description="the shortest draft the adaptive policy uses")
@@ -92,6 +107,13 @@ class SpecConfig(BaseModel):
     draft_vocab: int = Field(
         4096, ge=0, description="MTP head: score only the N most frequent tokens (a trimmed draft vocabulary, "
         "pymtp.draft_vocab; exact either way) where the model allows it; 0 = the whole vocabulary")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_policy(cls, data):
+        if isinstance(data, dict) and "policy" not in data and any(k in data for k in LEGACY_POLICY_FIELDS):
+            data = {**data, "policy": "adaptive" if data.get("adaptive") else "fixed"}
+        return data
 
     @model_validator(mode="after")
     def _bounds(self) -> SpecConfig:

@@ -244,6 +244,12 @@ def _report(result: dict[str, Any], args: argparse.Namespace, out: Path) -> int:
     jpath = out / "bench.json"
     jpath.write_text(json.dumps(result, indent=1, default=str))
     print(format_table(result["summary"], kinds=("all",) if args.prompts != "both" else ("all", "code", "prose")))
+    autos = [r for r in result["summary"] if r.get("vs_best_fixed") is not None]
+    if autos:
+        print("\nauto against plain and the best fixed draft length of this run (medians):")
+        for r in autos:
+            print(f"  {r['model'][:34]}  {r.get('sampling') or r['temperature']}  {r['prompts']}: "
+                  f"{r['vs_plain']:.2f}x plain, {r['vs_best_fixed']:.2f}x {r['best_fixed']}")
     for prof in result["python_overhead"]:
         print(f"\nPython overhead per speculative step ({prof['model']}, {prof['sampling']}, adaptive): "
               f"{100 * prof['python_fraction']:.1f}% of step time "
