@@ -26,6 +26,7 @@ import numpy as np
 from ._native import ffi, lib
 from .config import GenerationConfig, SamplingConfig, SpecConfig
 from .drafter import Draft, MTPDrafter
+from .drafters import check_can_draft, drafter_kind, make_drafter
 from .errors import UnsupportedError
 from .model import DraftContext, TargetContext
 from .rollback import n_rs_seq_for
@@ -78,6 +79,7 @@ class Batch:
                                     n_rs_seq=n_rs_seq_for(self.model))
         self.draft = DraftContext(self.target, n_seq_max=n_seq) if self.model.mtp_loaded else None
         self._speculators: list[MTPSpeculator | None] = [None] * n_seq
+        self._kinds: list[str | None] = [None] * n_seq        # each slot's drafter kind
         self.active: dict[int, BatchItem] = {}
         self._lru: list[int] = list(range(n_seq))          # free slots, least recently used first
         self._argmax_ids = np.zeros(n_seq, dtype=np.int32)
@@ -122,13 +124,16 @@ class Batch:
         return best
 
     def _speculator(self, seq: int, spec: SpecConfig | None) -> MTPSpeculator:
+        """The slot's speculator, made again when the drafter kind changes (the factory
+        pymtp.drafters makes every kind, as for a Session)."""
         sp = self._speculators[seq]
-        want_draft = spec is not None and self.draft is not None
-        if sp is None or (sp.drafter is not None) != want_draft:
+        kind = drafter_kind(spec)
+        if sp is None or self._kinds[seq] != kind:
+            check_can_draft(self.model, kind)
             target = TargetView(self.target, seq, n_ctx=self.n_ctx)
-            drafter = MTPDrafter(DraftView(self.draft, seq, n_ctx=self.n_ctx)) if want_draft else None
-            sp = MTPSpeculator(target, drafter, spec=spec or SpecConfig())
-            self._speculators[seq] = sp
+            draft = DraftView(self.draft, seq, n_ctx=self.n_ctx) if self.draft is not None else None
+            sp = MTPSpeculator(target, make_drafter(kind, self.model, draft), spec=spec or SpecConfig())
+            self._speculators[seq], self._kinds[seq] = sp, kind
         elif spec is not None:
             sp.spec = spec
         return sp
@@ -175,7 +180,7 @@ class Batch:
             for it, d, o in zip(items, drafts, offsets):
                 sp = it.speculator
                 n = len(d.tokens) + 1
-                h = hidden[o:o + n] if hidden is not None and sp.drafter is not None else None
+                h = hidden[o:o + n] if hidden is not None and sp.drafter is not None and sp.drafter.wants_hidden else None
                 step = sp.settle(d, logits[o:o + n], h, t0, t1, t2)
                 settled += 1
                 it.steps.append(step)

@@ -20,9 +20,7 @@ from .config import SamplingConfig, SpecConfig
 from .errors import InvalidHandleError, UnsupportedError
 from .model import DraftContext, Model, TargetContext
 from .rollback import n_rs_seq_for
-from .drafter import MTPDrafter
-from .hybrid import HybridDrafter
-from .lookup import PromptLookupDrafter
+from .drafters import check_can_draft, drafter_kind, make_drafter
 from .prompt_cache import PromptCache, read_text, write_text
 from .speculator import MTPSpeculator
 
@@ -136,13 +134,8 @@ class Session:
         """A speculator over this session's contexts (spec None: plain decoding). The last one is
         kept while the contexts and the drafter kind stay the same: its caches are reused."""
         target, draft = self._ensure_contexts()
-        kind = None if spec is None else spec.drafter
-        if kind in ("mtp", "hybrid") and draft is None:
-            m = self.model
-            raise UnsupportedError(
-                f"{m.path.name} has no MTP blocks (architecture {m.architecture}, n_mtp_layers={m.n_mtp_layers}, "
-                f"loaded={m.mtp_loaded}): speculative decoding needs them. Run it with speculative=False, "
-                "or draft by prompt lookup: speculative={'drafter': 'lookup'}.")
+        kind = drafter_kind(spec)
+        check_can_draft(self.model, kind)
         last = self._speculator
         if last is not None and last.target is target and self._speculator_kind == kind:
             last.configure(spec or SpecConfig())
@@ -151,10 +144,7 @@ class Session:
             return last
         if last is not None and last.target is target:
             last.stash()                 # its text stays reachable when that kind comes back
-        drafter = (draft if kind == "mtp" else
-                   PromptLookupDrafter(self.model.n_vocab) if kind == "lookup" else
-                   HybridDrafter(MTPDrafter(draft), PromptLookupDrafter(self.model.n_vocab)) if kind == "hybrid"
-                   else None)
+        drafter = make_drafter(kind, self.model, draft)
         self._speculator = MTPSpeculator(target, drafter, sampling, spec or SpecConfig())
         self._speculator.cache = self.prompt_cache
         self._speculator_kind = kind
