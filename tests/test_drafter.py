@@ -54,6 +54,17 @@ class FakeDraft:
         self.confidence = confidence or {}                      # head -> top probability of its rows
         self._logits = self._hidden = None
 
+    seq_id = 0               # a context used whole is the handle of its sequence 0
+
+    @property
+    def ctx(self) -> FakeDraft:
+        return self
+
+    def decode_rows(self, tokens, pos, seq_ids, *, output=None, hidden=None) -> None:
+        """The engine's decode: here rows of sequence 0, at consecutive positions."""
+        assert set(seq_ids) == {0} and list(pos) == list(range(pos[0], pos[0] + len(pos)))
+        self.decode(tokens, pos[0], hidden[0], hidden[1:] if len(tokens) > 1 else None, output=output)
+
     def set_head(self, head: int) -> None:
         self.calls.append(("set_head", head))
         self.head = head

@@ -5,6 +5,7 @@ the same speculative step, so a batch of texts gives each text what it gets alon
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import pymtp
@@ -112,3 +113,130 @@ def test_sampling_with_every_drafter_in_a_batch_equals_alone(models):
         sampling = SamplingConfig(temperature=0.8, seed=7)
         for p, got in zip(prompts, _batched(m, prompts, spec, 16, sampling=sampling)):
             assert got.tokens == _alone(m, p, spec, 16, temperature=0.8, seed=7).tokens
+
+
+def _step_crossings(sp_or_batch, n_steps: int) -> list[int]:
+    """Calls into libpymtp of each of n_steps steps (not counting the text's token pieces,
+    fetched once per new token and cached)."""
+    from pymtp.engine import crossings
+
+    out = []
+    for _ in range(n_steps):
+        calls = crossings(sp_or_batch.step)
+        out.append(sum(n for name, n in calls.items() if name not in ("pymtp_token_piece", "pymtp_token_is_eog")))
+    return out
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_crossings_into_c_per_step_are_constant(models, greedy):
+    """A step crosses into C a bounded number of times whatever the batch size: a single text
+    (a batch of one) and 4 texts with drafts of 3 (MTP: one draft decode per position for all;
+    per text only its sampler's calls and its cuts)."""
+    m = models("glm4moe")
+    spec = SpecConfig(n_draft=3, adaptive=False, draft_vocab=0)
+    sampling = SamplingConfig() if greedy else SamplingConfig(temperature=0.8, seed=1)
+    with m.lock:
+        sp = m.speculator(sampling, spec)
+        sp.start(m.tokenize(PROMPTS[1]))
+        single = _step_crossings(sp, 6)
+    with Batch(m, n_seq=4, n_ctx=192, spec=spec) as b:
+        for p in PROMPTS:
+            b.add(m.tokenize(p), sampling=sampling, limits=GenerationConfig(max_tokens=64, ignore_eos=True))
+        batched = _step_crossings(b, 6)
+    # one text, greedy: queue feed + first draft decode, the native recursion, the verify
+    # decode, its logits and hidden rows, the sampler's verify, two cuts (measured 8-9, as
+    # before #31); sampling: per draft position a decode, logits, hidden row and sampler row
+    assert max(single) <= (9 if greedy else 18), single
+    # four texts: the decodes shared (greedy: the recursions of all four in one native call;
+    # sampling: one decode per draft position), per text its sampler's calls and its cuts
+    assert max(batched) <= (20 if greedy else 40), batched
+
+
+def test_the_native_greedy_recursion_refuses_bad_arguments(models):
+    """pymtp_draft_greedy checks its arrays and that the last decode gave one row per text."""
+    from pymtp.errors import PymtpError
+
+    m = models("glm4moe")
+    with pymtp.TargetContext(m.model, n_ctx=64, n_seq_max=2) as t, pymtp.DraftContext(t, n_seq_max=2) as d:
+        rows = np.zeros((2, m.n_embd), dtype=np.float32)
+        d.decode_rows([1, 2], [1, 1], [0, 1], hidden=rows)           # two rows out, one per sequence
+
+        def call(n_seq=2, n_max=(2, 2), stride=2, out_n=None):
+            ids = np.zeros((n_seq, stride), dtype=np.int32)
+            d.draft_greedy(np.arange(n_seq, dtype=np.int32), np.full(n_seq, 2, dtype=np.int32),
+                           np.array(n_max, dtype=np.int32), np.zeros(n_seq, dtype=np.float32), ids,
+                           np.zeros(ids.shape, dtype=np.float32), np.zeros(out_n or n_seq, dtype=np.int32))
+        with pytest.raises(ValueError, match="one entry per sequence"):
+            call(out_n=1)
+        with pytest.raises(PymtpError, match="outside"):
+            call(n_max=(3, 1))
+        with pytest.raises(PymtpError, match="one per sequence"):
+            call(n_seq=1, n_max=(1,))
+        call()                                                        # and then it works
+
+
+# ---- constraints, logits processors and logprobs in batches ------------------------------------
+
+
+def _parity(n_vocab):
+    from test_constraint import Parity
+
+    return Parity(n_vocab, length=14)
+
+
+def _ban_low_ids(ids, row):
+    """A logits processor: tokens below 40 never come, and the row depends on the text so far."""
+    row[:40] = -np.inf
+    row[ids[-1] % row.shape[0]] -= 1.0
+    return row
+
+
+@pytest.mark.parametrize("family", ["glm4moe", "qwen35", "step35"])
+@pytest.mark.parametrize("kind", ["mtp", "lookup"])
+def test_constraints_and_logits_processors_in_a_batch_equal_alone(models, family, kind):
+    """Four texts in a batch, each with its own constraint (or logits processor), greedy and
+    sampled: each gives the tokens it gives alone, and obeys its rule."""
+    if SAME_ROW_ATOL:
+        pytest.skip("a GPU backend's rows depend on the batch shape")
+    m = models(family)
+    spec = SpecConfig(drafter=kind, n_draft=3, adaptive=False, ngram=2)
+    prompts = [m.tokenize(p) for p in PROMPTS]
+    for sampling in (SamplingConfig(), SamplingConfig(temperature=0.9, seed=3)):
+        for rule in ("constraint", "processor"):
+            def extra():
+                return ({"constraint": _parity(m.n_vocab)} if rule == "constraint"
+                        else {"logits_processor": _ban_low_ids})
+            with Batch(m, n_seq=4, n_ctx=192, spec=spec) as b:
+                items = [b.add(p, sampling=sampling, limits=GenerationConfig(max_tokens=14, ignore_eos=True), **extra())
+                         for p in prompts]
+                b.run()
+            for p, it in zip(prompts, items):
+                with m.lock:
+                    sp = m.speculator(sampling, spec)
+                    kw = extra()
+                    sp.start(p, sampling, **kw)
+                    while len(sp.tokens) < len(p) + 14:
+                        sp.step(max_new=len(p) + 14 - len(sp.tokens))
+                    alone = sp.tokens[len(p):len(p) + 14]
+                assert it.result.tokens == alone, (family, kind, rule, sampling.temperature)
+                if rule == "constraint":
+                    assert all(t % 2 == i % 2 for i, t in enumerate(alone))
+                else:
+                    assert min(alone) >= 40
+
+
+def test_logprobs_in_a_batch_equal_alone(models):
+    m = models("glm4moe")
+    spec = SpecConfig(n_draft=3, adaptive=False)
+    prompts = [m.tokenize(p) for p in PROMPTS]
+    for sampling in (SamplingConfig(), SamplingConfig(temperature=0.8, seed=5)):
+        got = _batched(m, prompts, spec, 12, sampling=sampling, logprobs=True, top_logprobs=3)
+        for p, r in zip(prompts, got):
+            alone = _alone(m, p, spec, 12, temperature=sampling.temperature, seed=sampling.seed, logprobs=True,
+                           top_logprobs=3)
+            if SAME_ROW_ATOL == 0:
+                assert r.tokens == alone.tokens
+                np.testing.assert_allclose(r.logprobs, alone.logprobs, rtol=0, atol=1e-6)
+                assert [[t for t, _ in top] for top in r.top_logprobs] == \
+                    [[t for t, _ in top] for top in alone.top_logprobs]
+            assert len(r.logprobs) == len(r.top_logprobs) == 12

@@ -38,6 +38,7 @@ import enum
 import time
 
 from .config import SamplingConfig, SpecConfig
+from . import engine
 from .drafter import Draft, Drafter, DraftPolicy, MTPDrafter
 from .errors import PymtpError, UnsupportedError
 from .model import DraftContext, TargetContext, last_row_only
@@ -265,7 +266,7 @@ class MTPSpeculator:
 
     def _write_counts(self) -> tuple[int, int]:
         d = self.drafter.write_count() if self.drafter else 0
-        return self.target.n_writes, d
+        return self.target.write_count(), d
 
     def _remember_writes(self) -> None:
         self._writes = self._write_counts()
@@ -277,28 +278,12 @@ class MTPSpeculator:
         return self.target.n_ctx - self.n_past
 
     def step(self, max_new: int | None = None) -> StepResult:
-        """Advance one speculative step: draft, verify, accept, roll back, hand off.
+        """Advance one speculative step: draft, verify, accept, roll back, hand off (the
+        engine's step for a batch of one: pymtp.engine).
 
         max_new bounds the tokens this step may emit (drafts are sized so as
         not to waste work past it)."""
-        self.check_ready()
-        t0 = time.perf_counter()
-        n_past, last = self.n_past, self.tokens[-1]
-        try:
-            # DRAFT
-            k = self.draft_length(max_new)
-            draft = (self.drafter.propose(last, n_past, k, self.sampler, self.tokens, self.spec.p_min)
-                     if k > 0 else Draft())
-            t1 = time.perf_counter()
-            # VERIFY: one target decode of [last, d1..dk]
-            batch = [last] + draft.tokens
-            self.rollback.mark(n_past, batch)     # a plain step too: a failure must undo its decode
-            self.target.decode(batch, n_past)
-            t2 = time.perf_counter()
-            return self.settle(draft, self.target.logits(), self._hidden() if self.drafter else None, t0, t1, t2)
-        except BaseException:
-            self.recover(n_past)
-            raise
+        return engine.step([self], [max_new])[0]
 
     def check_ready(self) -> None:
         if self.state is not State.READY:
