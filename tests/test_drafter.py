@@ -17,7 +17,7 @@ import pytest
 
 from pymtp import SamplingConfig, SpecConfig
 from pymtp.drafter import Draft, DraftPolicy, MTPDrafter
-from pymtp.sampling import Sampler
+from pymtp.sampling import Q_IN_SLOTS, Sampler
 
 N_EMBD = 4
 N_VOCAB = 32
@@ -209,7 +209,7 @@ def test_one_head_feeds_the_queue_then_recurses_from_the_last_token_alone():
     t2 = head_next(0, t1)
     assert draft.tokens == [t1, t2, head_next(0, t2)]
     # each token's q stays in the sampler's slot for its position, where verify reads it
-    assert draft.q_in_sampler and draft.probs is None
+    assert draft.q == Q_IN_SLOTS
     for i, t in enumerate(draft.tokens):
         q = s.slot_probs(i)
         assert abs(q.sum() - 1) < 1e-6 and q.argmax() == t
@@ -238,7 +238,7 @@ def test_drafting_stops_below_p_min():
     confident = MTPDrafter(FakeDraft(confidence={0: 0.6}))
     confident.observe([10, 11, 12], 0, H(0, 3))
     draft = confident.propose(13, 3, 3, sampler(), [10, 11, 12, 13], p_min=0.5)
-    assert len(draft.tokens) == len(draft.confidence) == 3 and draft.q_in_sampler
+    assert len(draft.tokens) == len(draft.confidence) == 3 and draft.q == Q_IN_SLOTS
     assert all(abs(c - 0.6) < 1e-3 for c in draft.confidence)
 
 

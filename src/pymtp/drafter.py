@@ -33,20 +33,21 @@ from .draft_vocab import frequent_tokens
 from .errors import UnsupportedError
 from .model import DraftContext
 from .rollback import KVTrim
-from .sampling import Sampler
+from .constraint_state import ConstraintState
+from .sampling import Q_IN_SLOTS, Sampler
 
 
 @dataclass
 class Draft:
-    """Tokens a drafter proposes and the head's top probability for each. In sampling mode
-    the verifier needs each token's q, the distribution it was drawn from: either the
-    sampler's slots hold them (``q_in_sampler``: drafters that called ``Sampler.row`` or
-    ``Sampler.point_masses``), or ``probs`` lists them as vocabulary-sized arrays."""
+    """Tokens a drafter proposes, the head's top probability for each, and where each token's q
+    is (the distribution it was drawn from, which sampling mode's verify reads): Q_IN_SLOTS,
+    the text's sampler holds them (drafted through ``Sampler.row``, the MTP head's way);
+    Q_POINT_MASS, a point mass on each token (prompt lookup); or a list of vocabulary-sized
+    arrays. Greedy drafts need none (None)."""
 
     tokens: list[int] = field(default_factory=list)
-    probs: list[np.ndarray] | None = None
     confidence: list[float] = field(default_factory=list)
-    q_in_sampler: bool = False
+    q: str | list[np.ndarray] | None = None
 
 
 @dataclass
@@ -60,6 +61,12 @@ class DraftRequest:
     sampler: Sampler
     history: list[int]
     p_min: float = 0.0
+    constraint: ConstraintState | None = None    # masks each draft position, advanced by each token
+
+    @property
+    def plain_greedy(self) -> bool:
+        """Greedy by the bare argmax (nothing changes it: no penalty, bias, processor or constraint)."""
+        return self.sampler.plain_greedy and self.constraint is None
 
 
 @dataclass
@@ -362,7 +369,7 @@ class MTPDrafter(Drafter):
     def _propose_chained(self, r: DraftRequest) -> Draft:
         self._flush()
         n_past, k = r.n_past, min(r.k, self.n_heads)
-        draft = Draft(q_in_sampler=not r.sampler.config.greedy)
+        draft = Draft(q=None if r.sampler.config.greedy else Q_IN_SLOTS)
         self._own[0] = self._rows[0]
         tokens = [r.last_token]
         for i in range(k):
@@ -370,7 +377,7 @@ class MTPDrafter(Drafter):
             self.ctx.seq_rm(n_past)
             _decode_parts(self.ctx.ctx, [(self.ctx.seq_id, tokens, self._own, n_past)], outputs=True)
             row = self.ctx.logits()[-1]
-            if not _take(draft, row, r, _argmax(row[None, :])[0] if r.sampler.plain_greedy else None):
+            if not _take(draft, row, r, _argmax(row[None, :])[0] if r.plain_greedy else None):
                 break
             self._own[len(tokens)] = self.ctx.hidden()[0]
             tokens.append(draft.tokens[-1])
@@ -391,7 +398,7 @@ def draft_with_heads(jobs: list[HeadJob]) -> list[Draft]:
         raise ValueError("drafts made together must share one draft context")
     reqs = [j.request for j in jobs]
     ks = [r.k for r in reqs]
-    drafts = [Draft(q_in_sampler=not r.sampler.config.greedy) for r in reqs]
+    drafts = [Draft(q=None if r.sampler.config.greedy else Q_IN_SLOTS) for r in reqs]
     # Drafts longer than one token need the head's hidden row of the last token, and a
     # masked nextn decode returns its first rows: feed the queues first, then decode the
     # long drafts' last tokens first in the batch.
@@ -404,7 +411,7 @@ def draft_with_heads(jobs: list[HeadJob]) -> list[Draft]:
     _decode_parts(ctx, [drafters[i]._first_rows(reqs[i].last_token) for i in order], outputs=True)
     for i in order:
         drafters[i]._first_fed(reqs[i].n_past)
-    if all(r.sampler.plain_greedy for r in reqs):
+    if all(r.plain_greedy for r in reqs):
         # every recursion in one native call: argmax, own hidden row, one decode per position
         _draft_greedy(ctx, [drafters[i].ctx.seq_id for i in order], [reqs[i] for i in order],
                       [drafts[i] for i in order])
@@ -484,21 +491,25 @@ def _choose(ctx: DraftContext, reqs: list[DraftRequest], order: list[int], draft
     ones from one native argmax over all rows, sampling ones from their own sampler); returns
     the ones that drafted a token."""
     logits = ctx.logits()
-    greedy = _argmax(logits) if any(reqs[i].sampler.plain_greedy for i in order) else None
+    greedy = _argmax(logits) if any(reqs[i].plain_greedy for i in order) else None
     return [i for r, i in enumerate(order)
-            if _take(drafts[i], logits[r], reqs[i], greedy[r] if greedy and reqs[i].sampler.plain_greedy else None)]
+            if _take(drafts[i], logits[r], reqs[i], greedy[r] if greedy and reqs[i].plain_greedy else None)]
 
 
 def _take(draft: Draft, row: np.ndarray, r: DraftRequest, greedy: tuple[int, float] | None) -> bool:
     """Choose the next draft token from a row of the head's logits (greedy: its argmax and
     probability, computed already); False to stop. In sampling mode its q stays in the
-    sampler's slot for its position."""
+    sampler's slot for its position; under a constraint the row is masked, and the token
+    advances the constraint tentatively."""
     if greedy is not None:
         tok, conf = greedy
     else:
-        tok, conf = r.sampler.row(len(draft.tokens), row, r.history, draft.tokens)
+        mask = r.constraint.draft_mask(len(draft.tokens)) if r.constraint is not None else None
+        tok, conf = r.sampler.row(len(draft.tokens), row, r.history, draft.tokens, mask=mask)
     if tok < 0 or conf < r.p_min:        # -1: the head has no allowed token here
         return False
+    if r.constraint is not None:
+        r.constraint.drafted(tok)
     draft.tokens.append(tok)
     draft.confidence.append(conf)
     return True

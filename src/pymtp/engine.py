@@ -38,8 +38,8 @@ def step(seqs: Sequence[MTPSpeculator], max_new: Sequence[int | None]) -> list[S
     n_pasts = [sp.n_past for sp in seqs]
     results: list[StepResult] = []
     try:
-        requests = [DraftRequest(sp.tokens[-1], sp.n_past, sp.draft_length(n), sp.sampler, sp.tokens, sp.spec.p_min)
-                    for sp, n in zip(seqs, max_new)]
+        requests = [DraftRequest(sp.tokens[-1], sp.n_past, sp.draft_length(n), sp.sampler, sp.tokens, sp.spec.p_min,
+                                 sp.constraint) for sp, n in zip(seqs, max_new)]
         drafts = draft_all([sp.drafter for sp in seqs], requests)
         t1 = time.perf_counter()
         # VERIFY: one target decode of every text's [last, d1..dk]

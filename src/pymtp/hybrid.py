@@ -21,6 +21,7 @@ statistics per source.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -90,8 +91,7 @@ class HybridDrafter(Drafter):
                           else self.rate("lookup") >= self.rate("mtp"))
         self.last_source = "lookup" if use_lookup else "mtp"
         source = self.lookup if use_lookup else self.mtp
-        plan = source.plan(DraftRequest(r.last_token, r.n_past, len(cont) if use_lookup else k_mtp, r.sampler,
-                                        r.history, r.p_min))
+        plan = source.plan(replace(r, k=len(cont) if use_lookup else k_mtp))
         if isinstance(plan, HeadJob):
             return HeadJob(plan.drafter, plan.request, self)
         self.drafted(plan, time.perf_counter() - t0)

@@ -44,6 +44,7 @@ from .errors import PymtpError, UnsupportedError
 from .model import DraftContext, TargetContext, last_row_only
 from .prompt_cache import PromptCache, PromptMark, SavedText, usable_prefix
 from .rollback import rollback_for
+from .constraint_state import ConstraintState
 from .sampling import LogitsProcessor, Sampler, TokenConstraint
 from .stats import SpecStats, StepResult
 
@@ -75,6 +76,8 @@ class MTPSpeculator:
         self.drafter = MTPDrafter(draft) if isinstance(draft, DraftContext) else draft
         self.sampling = sampling or SamplingConfig()
         self.sampler: Sampler | None = None
+        self.constraint: ConstraintState | None = None     # the text's constraint while it generates
+        self.logprobs, self.top_logprobs = False, 0        # what each verify reports besides the tokens
         self.configure(spec or SpecConfig())
         self.tokens: list[int] = []
         self.n_past = 0
@@ -120,11 +123,10 @@ class MTPSpeculator:
         if sampling is not None:
             self.sampling = sampling
         self.configure(self.spec)        # a fresh policy, and a rollback with no mark of an earlier text
-        self.sampler.configure(self.sampling)      # and a fresh RNG from the seed
-        self.sampler.constrain(constraint)
-        self.sampler.logits_processor = logits_processor
-        self.sampler.want_probs = logprobs or top_logprobs > 0
-        self.sampler.want_top = top_logprobs
+        self.sampler.configure(self.sampling, logits_processor)      # and a fresh RNG from the seed
+        self.constraint = (None if constraint is None else
+                           ConstraintState(constraint, self.model.n_vocab, self.sampler.n_slots))
+        self.logprobs, self.top_logprobs = logprobs or top_logprobs > 0, top_logprobs
         self.stats = SpecStats(n_prompt=len(prompt), draft_vocab=self.drafter.vocab_size if self.drafter else 0)
         t0 = time.perf_counter()
         keep, why = self._choose_text(prompt)
@@ -305,8 +307,13 @@ class MTPSpeculator:
         hidden: this sequence's rows of that decode): ACCEPT, HANDOFF, ROLLBACK, POLICY."""
         n_past = self.n_past
         # ACCEPT
-        n_acc, new = self.sampler.verify(logits, draft.tokens, None if draft.q_in_sampler else draft.probs,
-                                         self.tokens)
+        c = self.constraint
+        verdict = self.sampler.verify(logits, draft.tokens, draft.q, self.tokens,
+                                      masks=None if c is None else c.verify_masks(draft.tokens),
+                                      probs=self.logprobs, top=self.top_logprobs)
+        n_acc, new = verdict.n_accepted, verdict.token
+        if c is not None:
+            c.settle(n_acc, new)
         accepted = [self.tokens[-1]] + draft.tokens[:n_acc]     # now part of the text, in the target KV
         # HANDOFF (the drafter copies the rows: views die with the next decode)
         if self.drafter:
@@ -328,7 +335,7 @@ class MTPSpeculator:
         if self.drafter:
             self.drafter.accepted(len(draft.tokens), n_acc)
         result = StepResult(draft.tokens, n_acc, emitted, t_draft, t_verify, time.perf_counter() - t0, source,
-                            self.sampler.last_probs, self.sampler.last_top if self.sampler.want_top else None)
+                            verdict.probs, verdict.top)
         self.stats.record(result)
         self._remember_writes()
         return result
@@ -345,7 +352,8 @@ class MTPSpeculator:
             self._prefill(self.tokens[:n_past], 0)
         if self.drafter:
             self.drafter.reset()
-        self.sampler.discard_tentative()
+        if self.constraint is not None:
+            self.constraint.discard()
         self._remember_writes()
 
     def close(self) -> None:
