@@ -240,3 +240,39 @@ def test_logprobs_in_a_batch_equal_alone(models):
                 assert [[t for t, _ in top] for top in r.top_logprobs] == \
                     [[t for t, _ in top] for top in alone.top_logprobs]
             assert len(r.logprobs) == len(r.top_logprobs) == 12
+
+
+# ---- explicit types ------------------------------------------------------------------------------
+
+
+def test_text_output_takes_a_small_vocabulary():
+    """TextOutput asks only piece() and is_eog() of what it is given."""
+    from pymtp.stats import StepResult
+    from pymtp.textout import TextOutput
+
+    class Letters:
+        def piece(self, token: int) -> bytes:
+            return bytes([97 + token])
+
+        def is_eog(self, token: int) -> bool:
+            return token == 25
+
+    out = TextOutput(Letters(), GenerationConfig(max_tokens=10, stop=("cd",)))
+    assert out.take(StepResult([0, 1], 2, [0, 1, 2], 0.0, 0.0, 0.0), room=100) == "ab"    # "c" may start "cd"
+    assert out.take(StepResult([], 0, [3], 0.0, 0.0, 0.0), room=100) == ""
+    assert out.finish == "stop" and out.text == "ab"
+    done = TextOutput(Letters(), GenerationConfig(max_tokens=10))
+    done.take(StepResult([], 0, [7, 25, 8], 0.0, 0.0, 0.0), room=100)
+    assert done.finish == "stop" and done.text == "h"
+
+
+def test_a_session_names_what_it_answers_for_its_model(models):
+    """No __getattr__ forwarding: the model's facts and tokenizer are the session's own names,
+    and an unknown name is an AttributeError."""
+    s = models("glm4moe")
+    assert "__getattr__" not in vars(pymtp.Session) and "__getattr__" not in vars(pymtp.seqview._SeqView)
+    m = s.model
+    assert (s.n_vocab, s.n_embd, s.architecture, s.path, s.eos) == (m.n_vocab, m.n_embd, m.architecture, m.path, m.eos)
+    assert s.tokenize("def f") == m.tokenize("def f") and s.detokenize(s.tokenize("def f")) == m.detokenize(m.tokenize("def f"))
+    with pytest.raises(AttributeError):
+        s.n_vocabulary

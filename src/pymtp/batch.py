@@ -19,9 +19,10 @@ from . import engine
 from .config import GenerationConfig, SamplingConfig, SpecConfig
 from .drafters import check_can_draft, drafter_kind, make_drafter
 from .errors import UnsupportedError
-from .model import DraftContext, TargetContext
+from .model import DraftContext, Model, TargetContext
 from .rollback import n_rs_seq_for
 from .seqview import DraftView, TargetView
+from .session import Session
 from .speculator import MTPSpeculator
 from .stats import GenerationResult, StepResult
 from .textout import TextOutput
@@ -59,8 +60,8 @@ class Batch:
 
     def __init__(self, model, n_seq: int = 4, *, n_ctx: int = 2048, n_batch: int = 512,
                  spec: SpecConfig | bool | None = True) -> None:
-        self.model = model.model if hasattr(model, "speculator") else model   # a Session: its Model
-        self.session = model if hasattr(model, "speculator") else None
+        self.session = model if isinstance(model, Session) else None
+        self.model: Model = model.model if isinstance(model, Session) else model
         if not 1 <= n_seq <= 64:
             raise ValueError(f"n_seq must be in [1, 64], got {n_seq}")
         self.n_seq, self.n_ctx = n_seq, n_ctx

@@ -229,6 +229,10 @@ class Model:
             n = check(lib.pymtp_token_piece(self._handle(), int(token), render_special, self._piece_buf, 256))
             return ffi.unpack(self._piece_buf, n)
 
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token (pymtp.textout's Vocabulary: a Session caches them)."""
+        return self.token_bytes(token)
+
     def is_eog(self, token: int) -> bool:
         """True when token ends generation (EOS, end of turn...)."""
         return bool(check(lib.pymtp_token_is_eog(self._handle(), int(token))))
