@@ -276,3 +276,63 @@ def test_a_session_names_what_it_answers_for_its_model(models):
     assert s.tokenize("def f") == m.tokenize("def f") and s.detokenize(s.tokenize("def f")) == m.detokenize(m.tokenize("def f"))
     with pytest.raises(AttributeError):
         s.n_vocabulary
+
+
+# ---- the distribution tests through the batch path ----------------------------------------------
+
+
+def _batch_samples(session, prompt, sampling, spec, depth, n, seed, n_seq=4, wrong_rule=None):
+    """n continuations of depth tokens, each its own text in batches of n_seq (reseeded as
+    test_distribution.sample_continuations does); wrong_rule replaces each text's verify."""
+    from collections import Counter
+
+    from test_distribution import as_verify
+
+    out: Counter = Counter()
+    drafted = rejected = 0
+    with Batch(session, n_seq=n_seq, n_ctx=len(prompt) + depth + 8, spec=spec) as b:
+        pending = list(range(n))
+        items = []
+        while pending or b.active:
+            while pending and b.free:
+                i = pending.pop(0)
+                it = b.add(prompt, sampling=sampling.model_copy(update={"seed": seed * 100_000 + i}),
+                           limits=GenerationConfig(max_tokens=depth, ignore_eos=True))
+                if wrong_rule is not None:
+                    it.speculator.sampler.verify = as_verify(wrong_rule, it.speculator.sampler)
+                items.append(it)
+            b.step()
+    for it in items:
+        out[tuple(it.result.tokens[:depth])] += 1
+        drafted += sum(len(st.drafted) for st in it.steps)
+        rejected += sum(st.n_accepted < len(st.drafted) for st in it.steps)
+    return out, drafted, rejected
+
+
+@pytest.mark.parametrize("name,kind", [("glm4moe", "mtp"), ("qwen35", "mtp"), ("step35", "mtp"),
+                                       ("repetition_penalty", "mtp"), ("glm4moe", "lookup")])
+def test_speculative_sampling_in_a_batch_matches_plain_sampling(gguf, name, kind):
+    """The exactness test (tests/test_distribution.py) with every sample a text of a batch of 4:
+    the continuations follow the exact distribution; the control (a rejection drawing from p,
+    not the residual) is caught through the same path. (Not hybrid: its choice of source weighs
+    measured timings, so its runs are not repeatable.)"""
+    from test_distribution import CASES, N_SAMPLES, N_THREADS, P_EXACT, PROMPT, _residual_ignored, exact_continuations, p_values
+
+    case = CASES[name]
+    with pymtp.load(gguf(case.family), n_ctx=64, n_threads=N_THREADS) as s:
+        prompt = s.tokenize(PROMPT)
+        if kind != "mtp":
+            # the prompt repeats a greedy continuation of itself (as tests/test_lookup.py's):
+            # lookup's drafts are accepted as well as rejected
+            prompt += pymtp.generate(prompt, s, max_tokens=6, speculative=False, ignore_eos=True).tokens + prompt[1:]
+        if case.greedy_prefix:
+            prompt += pymtp.generate(prompt, s, max_tokens=case.greedy_prefix, speculative=False, ignore_eos=True).tokens
+        exact = exact_continuations(s.model, prompt, case.sampling, case.depth)
+        spec = SpecConfig(drafter=kind, n_draft=case.n_draft, adaptive=False, ngram=2)
+        samples, drafted, rejected = _batch_samples(s, prompt, case.sampling, spec, case.depth, N_SAMPLES, seed=21)
+        assert drafted > N_SAMPLES and rejected > 50, (drafted, rejected)     # drafts were checked, and cut
+        assert min(p_values(samples, exact, case.depth)) > P_EXACT
+        if name == "glm4moe" and kind == "mtp":
+            wrong, _, _ = _batch_samples(s, prompt, case.sampling, spec, case.depth, N_SAMPLES, seed=22,
+                                         wrong_rule=_residual_ignored)
+            assert min(p_values(wrong, exact, case.depth)) < P_EXACT, "a wrong rule went unnoticed in a batch"
