@@ -135,13 +135,16 @@ def test_llama_commands_use_the_same_settings():
 def test_smoke_run_writes_json_with_positive_numbers(tmp_path, capsys):
     assert bench.main(["--smoke", "--out", str(tmp_path), "--no-plot"]) == 0
     table = capsys.readouterr().out
-    assert "mtp-adaptive" in table and "plain" in table
+    assert "mtp-adaptive" in table and "mtp-auto" in table and "plain" in table
+    assert "x plain" in table and "auto against plain and the best fixed" in table
     d = json.loads((tmp_path / "bench.json").read_text())
     assert d["schema"] == bench.SCHEMA
     assert d["settings"]["smoke"] and not d["settings"]["llama_cpp"] and d["llama_cpp"] is None
     assert len(d["models"]) == 1 and len(d["prompts"]) == 1
     variants = {v["name"] for v in d["settings"]["variants"]}
-    assert variants == {"plain", "mtp-1", "mtp-2", "mtp-3", "mtp-4", "mtp-adaptive"}
+    assert variants == {"plain", "mtp-1", "mtp-2", "mtp-3", "mtp-4", "mtp-adaptive", "mtp-auto"}
+    auto = [r for r in d["summary"] if r["variant"] == "mtp-auto" and r["prompts"] == "all"]
+    assert auto and all(r["vs_best_fixed"] > 0 and r["best_fixed"].startswith("mtp-") for r in auto)
     runs = [r for r in d["runs"] if not r["warmup"]]
     assert runs and all(r["ok"] for r in d["runs"])
     assert len(runs) == len(variants) * len(d["settings"]["temps"])
@@ -194,7 +197,7 @@ def test_smoke_run_with_named_sampling_reports_step_costs(tmp_path, capsys):
     runs = [r for r in d["runs"] if not r["warmup"]]
     assert {(r["sampling"], r["temperature"]) for r in runs} == {("greedy", 0.0), ("qwen", 0.7)}
     costs = {(c["sampling"], c["variant"]): c for c in d["step_costs"]}
-    assert set(costs) == {(s, v) for s in ("greedy", "qwen") for v in ("plain", "mtp-1", "mtp-2", "mtp-adaptive")}
+    assert set(costs) == {(s, v) for s in ("greedy", "qwen") for v in ("plain", "mtp-1", "mtp-2", "mtp-adaptive", "mtp-auto")}
     for (samp, variant), c in costs.items():
         assert c["n_steps"] > 0 and c["step_ms"] > 0
         assert 0 < c["sampling_ms_per_step"] and 0 < c["python_ms_per_step"]

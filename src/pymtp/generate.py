@@ -11,11 +11,11 @@ import os
 from typing import Iterator, Sequence
 
 import numpy as np
+from typing_extensions import Unpack
 
-from .config import GenerationConfig, SamplingConfig, SpecConfig
 from .errors import InvalidHandleError, PymtpError, UnsupportedError
 from .model import Model
-from .sampling import LogitsProcessor, TokenConstraint
+from .request import GenerateOptions, Request, check_names, resolve
 from .session import Session, as_session
 from .stats import GenerationResult
 from .textout import TextOutput
@@ -46,37 +46,21 @@ def load(path: str | os.PathLike | None = None, *, mtp: bool = True, n_ctx: int 
                    rpc_timeout=rpc_timeout, file=file, revision=revision)
 
 
-def _spec_config(speculative: bool | SpecConfig | dict) -> SpecConfig | None:
-    if speculative is True:
-        return SpecConfig()
-    if speculative is False or speculative is None:
-        return None
-    if isinstance(speculative, SpecConfig):
-        return speculative
-    if isinstance(speculative, dict):
-        return SpecConfig(**speculative)
-    raise TypeError(f"speculative must be True, False, a SpecConfig or a dict, got {type(speculative).__name__}")
-
-
 class TextStream:
     """Iterates over text pieces as tokens are accepted; `.result` once done.
 
     Pieces are whole UTF-8 characters; text that could be the start of a stop
-    string is held back until it is known not to be one."""
+    string is held back until it is known not to be one. request: the resolved options
+    (pymtp.request.resolve)."""
 
-    def __init__(self, session: Session, prompt: str | Sequence[int], sampling: SamplingConfig,
-                 spec: SpecConfig | None, limits: GenerationConfig, *, owns_session: bool = False,
-                 constraint: TokenConstraint | None = None, logits_processor: LogitsProcessor | None = None,
-                 logprobs: bool = False, top_logprobs: int = 0) -> None:
+    def __init__(self, session: Session, prompt: str | Sequence[int], request: Request, *,
+                 owns_session: bool = False) -> None:
         self.session = session
-        self.logprobs = logprobs or top_logprobs > 0
-        self.top_logprobs = top_logprobs
-        self.constraint = constraint
-        self.logits_processor = logits_processor
+        self.request = request
         self.result: GenerationResult | None = None
         self.owns_session = owns_session     # a session made for this one stream: closed with it
         tokens = self.prompt_tokens(session.model, prompt)
-        self._gen = self._run(tokens, sampling, spec, limits)
+        self._gen = self._run(tokens)
 
     @staticmethod
     def prompt_tokens(model: Model, prompt: str | bytes | Sequence[int]) -> list[int]:
@@ -113,29 +97,24 @@ class TextStream:
         if self.owns_session:
             self.session.close()
 
-    def _run(self, prompt_tokens: list[int], sampling: SamplingConfig, spec: SpecConfig | None,
-             limits: GenerationConfig) -> Iterator[str]:
+    def _run(self, prompt_tokens: list[int]) -> Iterator[str]:
         session = self.session
         try:
-            yield from self._generate(session, prompt_tokens, sampling, spec, limits)
+            yield from self._generate(session, prompt_tokens, self.request)
         finally:
             if self.owns_session:
                 session.close()
 
-    def _generate(self, session: Session, prompt_tokens: list[int], sampling: SamplingConfig,
-                  spec: SpecConfig | None, limits: GenerationConfig) -> Iterator[str]:
+    def _generate(self, session: Session, prompt_tokens: list[int], request: Request) -> Iterator[str]:
+        logprobs, top = request.wants_logprobs, request.top_logprobs
+        constraint = request.new_constraint()
         with session.lock:
-            spec_ = session.speculator(sampling, spec)
-            n_ctx = session.target.n_ctx
-            if len(prompt_tokens) >= n_ctx:
-                raise ValueError(f"the prompt has {len(prompt_tokens)} tokens; the context holds {n_ctx} "
-                                 "(leave room for at least one new token)")
+            spec_ = session.speculator(request.sampling, request.spec)
             session.generation += 1
             my_generation = session.generation
-            spec_.start(prompt_tokens, constraint=self.constraint, logits_processor=self.logits_processor,
-                        logprobs=self.logprobs, top_logprobs=self.top_logprobs)
-        out = TextOutput(session, limits, logprobs=self.logprobs, top_logprobs=self.top_logprobs,
-                         constraint=self.constraint)
+            spec_.start(prompt_tokens, constraint=constraint, logits_processor=request.logits_processor,
+                        logprobs=logprobs, top_logprobs=top)
+        out = TextOutput(session, request.limits, logprobs=logprobs, top_logprobs=top, constraint=constraint)
         self.out = out                   # read while streaming (the server)
         self.tokens, self.token_logprobs, self.token_tops = out.tokens, out.token_logprobs, out.token_tops
         while out.finish is None:
@@ -168,93 +147,52 @@ def _is_batch(prompt) -> bool:
                for p in prompt)
 
 
-def _generate_batch(prompts: list, model: ModelLike, *, max_tokens, stop, ignore_eos, speculative, constraint,
-                    json_schema, grammar, logits_processor, logprobs, top_logprobs, **sampling) -> list[GenerationResult]:
+def _generate_batch(prompts: list, session: Session, request: Request) -> list[GenerationResult]:
     from .batch import Batch
 
-    if constraint is not None or json_schema is not None or grammar is not None or logits_processor is not None:
-        raise UnsupportedError("constraints and logits processors apply to one prompt at a time: "
-                               "call generate() per prompt")
-    sampling_, limits = _configs(max_tokens, stop, ignore_eos, **sampling)
-    spec = _spec_config(speculative)
-    session, made = as_session(model)
-    try:
-        toks = [TextStream.prompt_tokens(session.model, p) for p in prompts]
-        n_ctx = max(len(t) for t in toks) + max_tokens + 1
-        results: list[GenerationResult | None] = [None] * len(toks)
-        with session.lock, Batch(session, n_seq=min(len(toks), MAX_BATCH), n_ctx=n_ctx, spec=spec) as batch:
-            waiting = list(enumerate(toks))
-            running = {}
-            while waiting or batch.active:
-                while waiting and batch.free:
-                    i, t = waiting.pop(0)
-                    running[i] = batch.add(t, sampling=sampling_, limits=limits, logprobs=logprobs,
-                                           top_logprobs=top_logprobs)
-                batch.step()
-                for i, it in list(running.items()):
-                    if it.finished:
-                        results[i] = it.result
-                        del running[i]
-        return results
-    finally:
-        if made:
-            session.close()
+    if request.constraint is not None and request.grammar is None and len(prompts) > 1:
+        # every text of a batch is masked by its own matcher; a caller's object holds one text's state
+        raise UnsupportedError("a constraint object follows one text: for a list of prompts give json_schema= "
+                               "or grammar= (each prompt gets its own matcher), or call generate() per prompt")
+    toks = [TextStream.prompt_tokens(session.model, p) for p in prompts]
+    n_ctx = max(len(t) for t in toks) + request.limits.max_tokens + 1
+    results: list[GenerationResult | None] = [None] * len(toks)
+    with session.lock, Batch(session, n_seq=min(len(toks), MAX_BATCH), n_ctx=n_ctx, spec=request.spec) as batch:
+        waiting = list(enumerate(toks))
+        running = {}
+        while waiting or batch.active:
+            while waiting and batch.free:
+                i, t = waiting.pop(0)
+                running[i] = batch.add(t, sampling=request.sampling, spec=request.spec, limits=request.limits,
+                                       constraint=request.new_constraint(), logits_processor=request.logits_processor,
+                                       logprobs=request.wants_logprobs, top_logprobs=request.top_logprobs)
+            batch.step()
+            for i, it in list(running.items()):
+                if it.finished:
+                    results[i] = it.result
+                    del running[i]
+    return results
 
 
-def _constraint(session: Session, constraint, json_schema, grammar) -> TokenConstraint | None:
-    given = [n for n, v in (("constraint", constraint), ("json_schema", json_schema), ("grammar", grammar))
-             if v is not None]
-    if len(given) > 1:
-        raise ValueError(f"give at most one of constraint=, json_schema=, grammar= (got {', '.join(given)})")
-    if json_schema is None and grammar is None:
-        return constraint
-    from .grammar import Constraint
-    return Constraint(session.model, json_schema=json_schema, grammar=grammar).matcher()
-
-
-def _configs(max_tokens, stop, ignore_eos, **sampling):
-    limits = GenerationConfig(max_tokens=max_tokens, stop=stop if stop is not None else (), ignore_eos=ignore_eos)
-    return SamplingConfig(**sampling), limits
-
-
-def stream(prompt: str | Sequence[int], model: ModelLike = None, *,
-           max_tokens: int = 256, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-           min_p: float = 0.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
-           frequency_penalty: float = 0.0, logit_bias: dict[int, float] | None = None, seed: int | None = None,
-           stop: str | Sequence[str] | None = None, ignore_eos: bool = False,
-           speculative: bool | SpecConfig | dict = True, constraint: TokenConstraint | None = None,
-           json_schema: dict | str | None = None, grammar: str | None = None,
-           logits_processor: LogitsProcessor | None = None, logprobs: bool = False,
-           top_logprobs: int = 0) -> TextStream:
-    """Like generate(), but yields text pieces as they are accepted.
+def stream(prompt: str | Sequence[int], model: ModelLike = None,
+           **options: Unpack[GenerateOptions]) -> TextStream:
+    """Like generate(), but yields text pieces as they are accepted (one prompt).
 
     The GenerationResult is on the stream's `.result` once it is exhausted."""
-    sampling, limits = _configs(max_tokens, stop, ignore_eos, temperature=temperature, top_k=top_k, top_p=top_p,
-                                min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
-                                frequency_penalty=frequency_penalty, logit_bias=logit_bias or (), seed=seed)
-    spec = _spec_config(speculative)
     if _is_batch(prompt):
         raise TypeError("stream() takes one prompt (text or token ids); generate() takes a list of prompts")
+    check_names(options, "stream()")            # before a model is loaded for nothing
     session, made = as_session(model)
     try:
-        constraint = _constraint(session, constraint, json_schema, grammar)
-        return TextStream(session, prompt, sampling, spec, limits, owns_session=made, constraint=constraint,
-                          logits_processor=logits_processor, logprobs=logprobs, top_logprobs=top_logprobs)
+        return TextStream(session, prompt, resolve(options, session.model, where="stream()"), owns_session=made)
     except BaseException:
         if made:
             session.close()
         raise
 
 
-def generate(prompt: str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]], model: ModelLike = None, *,
-             max_tokens: int = 256, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-             min_p: float = 0.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
-             frequency_penalty: float = 0.0, logit_bias: dict[int, float] | None = None, seed: int | None = None,
-             stop: str | Sequence[str] | None = None, ignore_eos: bool = False,
-             speculative: bool | SpecConfig | dict = True, constraint: TokenConstraint | None = None,
-             json_schema: dict | str | None = None, grammar: str | None = None,
-             logits_processor: LogitsProcessor | None = None, logprobs: bool = False,
-             top_logprobs: int = 0) -> GenerationResult | list[GenerationResult]:
+def generate(prompt: str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]], model: ModelLike = None,
+             **options: Unpack[GenerateOptions]) -> GenerationResult | list[GenerationResult]:
     """Generate a continuation of prompt (text or token ids).
 
     A list of prompts (texts, or lists of token ids) generates them together in batched
@@ -263,10 +201,16 @@ def generate(prompt: str | Sequence[int] | Sequence[str] | Sequence[Sequence[int
     alone with the same settings (a seed seeds each prompt's sampling alike).
 
     model: a Session from pymtp.load() (its contexts are reused), a Model, a GGUF
-    path, or None for the default model. temperature 0 is greedy. presence_penalty and
-    frequency_penalty (OpenAI's) and repetition_penalty count the last 64 tokens; logit_bias
-    maps token ids to values added to their logits. speculative: True (MTP drafting with
-    the default SpecConfig), False (plain decoding), or a SpecConfig.
+    path, or None for the default model.
+
+    options ([GenerateOptions][pymtp.request.GenerateOptions], shared with stream()):
+    max_tokens, stop, ignore_eos; the sampling settings (temperature 0 is greedy; top_k,
+    top_p, min_p; repetition_penalty, presence_penalty and frequency_penalty over the last
+    repetition_window tokens; logit_bias; seed); speculative: True (MTP drafting with the
+    default SpecConfig), False (plain decoding), or a SpecConfig or a dict of its fields.
+    Their types, bounds and defaults are those of SamplingConfig, GenerationConfig and
+    SpecConfig (pymtp.config); they are resolved once (pymtp.request.resolve): an unknown
+    keyword is a TypeError, a value out of bounds a ValidationError naming the field.
 
     Constrained output (speculation stays exact: drafts and verification are masked alike):
     json_schema (a dict or JSON text) or grammar (llguidance's Lark, or GBNF) make the output
@@ -280,23 +224,22 @@ def generate(prompt: str | Sequence[int] | Sequence[str] | Sequence[Sequence[int
     top_logprobs=n (1..20, implies logprobs): result.top_logprobs holds, per token, the n
     likeliest tokens of its row under the same distribution, as (token, log p), likeliest first.
     """
-    if _is_batch(prompt):
-        return _generate_batch(list(prompt), model, max_tokens=max_tokens, stop=stop, ignore_eos=ignore_eos,
-                               speculative=speculative, constraint=constraint, json_schema=json_schema,
-                               grammar=grammar, logits_processor=logits_processor, logprobs=logprobs,
-                               top_logprobs=top_logprobs, temperature=temperature, top_k=top_k, top_p=top_p,
-                               min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
-                               frequency_penalty=frequency_penalty, logit_bias=logit_bias or (), seed=seed)
-    s = stream(prompt, model, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-               min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
-               frequency_penalty=frequency_penalty, logit_bias=logit_bias, seed=seed, stop=stop,
-               ignore_eos=ignore_eos, speculative=speculative, constraint=constraint, json_schema=json_schema,
-               grammar=grammar, logits_processor=logits_processor, logprobs=logprobs, top_logprobs=top_logprobs)
-    # Hold the session for the whole generation: calls from other threads wait their turn.
-    # (A paused stream() gives way instead: a generation that starts meanwhile makes it
-    # raise PymtpError when resumed, rather than mix two texts in one KV cache.)
-    with s.session.lock:
-        for _ in s:
-            pass
-    assert s.result is not None
-    return s.result
+    batch = _is_batch(prompt)
+    check_names(options, "generate()")          # before a model is loaded for nothing
+    session, made = as_session(model)
+    try:
+        request = resolve(options, session.model)
+        if batch:
+            return _generate_batch(list(prompt), session, request)
+        s = TextStream(session, prompt, request)
+        # Hold the session for the whole generation: calls from other threads wait their turn.
+        # (A paused stream() gives way instead: a generation that starts meanwhile makes it
+        # raise PymtpError when resumed, rather than mix two texts in one KV cache.)
+        with session.lock:
+            for _ in s:
+                pass
+        assert s.result is not None
+        return s.result
+    finally:
+        if made:
+            session.close()

@@ -9,9 +9,9 @@ The choice, per step, is a cost model: for each source, the expected tokens per 
 its draft, (1 + sum_{i<k} prod_{j<=i} a_j) / (k * c_draft + c_verify(k)), with a_j that
 source's recent acceptance at draft position j (decayed counts; an untried position borrows
 the rate of the one before), c_draft
-its measured drafting seconds per token, and c_verify the speculator's fitted verify cost
-(DraftPolicy). Lookup is a candidate when its continuation has at least ``min_match`` tokens
-and drafts all of it; the head drafts at most ``mtp_draft`` tokens. Before any verify has been
+its measured drafting seconds per token, and c_verify the speculator's verify cost (its
+policy's: pymtp.policy). Lookup is a candidate when its continuation has at least ``min_match``
+tokens and drafts all of it; the head drafts at most ``mtp_draft`` tokens. Before any verify has been
 timed, lookup wins when its per-token acceptance is at least the head's. The head keeps being
 fed the accepted text while lookup drafts (its queue is flushed when full), so it is ready
 whenever it is chosen again. ``last_source`` names the drafter of the last draft, for the

@@ -39,9 +39,10 @@ import time
 
 from .config import SamplingConfig, SpecConfig
 from . import engine
-from .drafter import Draft, Drafter, DraftPolicy, MTPDrafter
+from .drafter import Draft, Drafter, MTPDrafter
 from .errors import PymtpError, UnsupportedError
 from .model import DraftContext, TargetContext, last_row_only
+from .policy import make_policy
 from .prompt_cache import PromptCache, PromptMark, SavedText, usable_prefix
 from .rollback import rollback_for
 from .constraint_state import ConstraintState
@@ -69,8 +70,10 @@ class MTPSpeculator:
     """
 
     def __init__(self, target: TargetContext, draft: DraftContext | Drafter | None = None,
-                 sampling: SamplingConfig | None = None, spec: SpecConfig | None = None) -> None:
+                 sampling: SamplingConfig | None = None, spec: SpecConfig | None = None, *,
+                 batch_rows: int = 0) -> None:
         self.target = target
+        self.batch_rows = batch_rows     # in a Batch: the most verify rows of all its sequences (costs shared)
         self.model = target.model
         # The MTP head's context, or any Drafter (prompt lookup, your own); None: plain decoding
         self.drafter = MTPDrafter(draft) if isinstance(draft, DraftContext) else draft
@@ -94,7 +97,8 @@ class MTPSpeculator:
             self.drafter.configure(spec)              # first: it may change max_draft
         n_max = min(spec.n_draft, self.drafter.max_draft) if self.drafter else 0
         self.n_max_draft = n_max
-        self.policy = DraftPolicy(spec, n_max) if self.drafter else None
+        self.policy = make_policy(spec, n_max, model=self.model, shared=self.batch_rows > 0,
+                                  max_rows=self.batch_rows or n_max + 1) if self.drafter else None
         self.rollback = rollback_for(self.target, n_max)
         if self.drafter:
             self.drafter.verify_cost = self.policy.verify_cost     # for drafters that weigh costs
@@ -293,10 +297,11 @@ class MTPSpeculator:
         if self.room() < 1:
             raise ValueError("the context is full")
 
-    def draft_length(self, max_new: int | None) -> int:
+    def draft_length(self, max_new: int | None, rows_before: int = 0, tokens_before: float = 0.0) -> int:
         """How many tokens to draft this step: the policy's choice, bounded by the room left
-        in the context and the batch, and by max_new."""
-        k = self.policy.next_length() if self.policy else 0
+        in the context and the batch, and by max_new (in a Batch: beside rows_before rows of
+        other sequences in the same verify, which yield tokens_before tokens)."""
+        k = self.policy.next_length(self.n_past, rows_before, tokens_before) if self.policy else 0
         limit = min(self.room() - 1, self.target.n_batch - 1)
         if max_new is not None:
             limit = min(limit, max_new - 1)
@@ -331,6 +336,8 @@ class MTPSpeculator:
         if self.policy:
             self.policy.update(len(draft.tokens), n_acc, t_draft, t_verify)
             self.stats.cooldown_steps = self.policy.cooldown_steps_taken
+            if self.policy.trace:
+                self.stats.record_choice(self.policy.trace[-1])
         source = (self.drafter.last_source or type(self.drafter).__name__) if draft.tokens else ""
         if self.drafter:
             self.drafter.accepted(len(draft.tokens), n_acc)

@@ -45,6 +45,17 @@ class SpecStats:
     reused_saved: bool = False      # the reused cache was a saved text (another conversation's)
     draft_vocab: int = 0            # tokens the MTP head scored (a trimmed draft vocabulary; 0 = all)
     by_source: dict = field(default_factory=dict)   # drafter -> (drafted, accepted) tokens
+    # the auto policy (pymtp.policy), step by step: the draft length it chose (probes included),
+    # and its predicted and the measured tokens per second of that step
+    k_chosen: list[int] = field(default_factory=list)
+    tps_predicted: list[float] = field(default_factory=list)
+    tps_measured: list[float] = field(default_factory=list)
+
+    def record_choice(self, choice) -> None:
+        """A pymtp.policy.Choice of the step just recorded."""
+        self.k_chosen.append(choice.k)
+        self.tps_predicted.append(choice.predicted_tps)
+        self.tps_measured.append(choice.measured_tps)
 
     def record(self, r: StepResult) -> None:
         if r.drafted and r.source:
@@ -70,8 +81,10 @@ class SpecStats:
 
     @property
     def acceptance_by_position(self) -> list[float]:
-        """P(draft token i accepted | it was drafted)."""
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+        """P(draft token i accepted | it was drafted), for every position ever drafted (accepted_at
+        only grows as far as acceptances reach: the positions past it count 0 accepted)."""
+        accepted = self.accepted_at + [0] * (len(self.drafted_at) - len(self.accepted_at))
+        return [a / d if d else 0.0 for a, d in zip(accepted, self.drafted_at)]
 
     @property
     def mean_accepted(self) -> float:

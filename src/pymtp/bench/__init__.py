@@ -11,6 +11,7 @@ What runs, per model, temperature, repeat and prompt, interleaved in this order:
   (a) ``plain``         pymtp, speculative=False
   (b) ``mtp-K``         pymtp, SpecConfig(n_draft=K, adaptive=False), for each K in --drafts
       ``mtp-adaptive``  pymtp, the adaptive policy up to the longest K in --drafts
+      ``mtp-auto``      pymtp, the auto policy (pymtp.policy; k in 0..the longest K)
   (c) ``llama-mtp-K``   llama.cpp's ``llama-speculative-simple --spec-type draft-mtp``
   (d) ``llama-plain``   llama.cpp's ``llama-completion`` (no speculation)
 

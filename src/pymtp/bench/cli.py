@@ -40,7 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", action="append", default=None, metavar="PATH",
                     help="GGUF to benchmark (repeatable); also 'default', 'deep' (its deep variant), "
                          "'fixture:FAMILY[:k=v,...]', 'deep:SPEC' (the deep variant of SPEC), 'default-v151k', "
-                         "'default-v248k' (the default model padded to 151,552 / 248,320 tokens), 'vocab:N:SPEC' "
+                         "'default-v248k' (the default model padded to 151,552 / 248,320 tokens), 'vocab:N:SPEC', "
+                         "'echo-AGREE[-SIZE][-TYPE]' (an echo fixture whose head agrees with the trunk AGREE%% of the "
+                         "time, SIZE like 100m or 1.5b, TYPE f16, q8_0, q4_k_m...: echo-70, echo-80-1.5b, "
+                         "echo-100-q8_0; pymtp.testing.echo) "
                          "(default: the deep variant and the default model)")
     ap.add_argument("--prompts", choices=("code", "prose", "both"), default="both")
     ap.add_argument("--n-prompts", type=int, default=3, help="prompts per set (default 3)")
@@ -241,6 +244,12 @@ def _report(result: dict[str, Any], args: argparse.Namespace, out: Path) -> int:
     jpath = out / "bench.json"
     jpath.write_text(json.dumps(result, indent=1, default=str))
     print(format_table(result["summary"], kinds=("all",) if args.prompts != "both" else ("all", "code", "prose")))
+    autos = [r for r in result["summary"] if r.get("vs_best_fixed") is not None]
+    if autos:
+        print("\nauto against plain and the best fixed draft length of this run (medians):")
+        for r in autos:
+            print(f"  {r['model'][:34]}  {r.get('sampling') or r['temperature']}  {r['prompts']}: "
+                  f"{r['vs_plain']:.2f}x plain, {r['vs_best_fixed']:.2f}x {r['best_fixed']}")
     for prof in result["python_overhead"]:
         print(f"\nPython overhead per speculative step ({prof['model']}, {prof['sampling']}, adaptive): "
               f"{100 * prof['python_fraction']:.1f}% of step time "

@@ -49,6 +49,14 @@ def summarize(runs: list[dict[str, Any]], variants: list[Variant],
         }
         plain = med.get((model, samp, kind, "plain"))
         row["vs_plain"] = row["tps_median"] / plain if plain else None
+        if v is not None and v.policy == "auto":
+            # auto against the best fixed draft length of the same run (targets: >= 0.97 of both)
+            fixed = {n: m for (mo, sa, ki, n), m in med.items()
+                     if (mo, sa, ki) == (model, samp, kind) and n in vmap and vmap[n].engine == "pymtp"
+                     and vmap[n].speculative and vmap[n].policy == "fixed"}
+            if fixed:
+                best = max(fixed, key=fixed.get)
+                row["vs_best_fixed"], row["best_fixed"] = row["tps_median"] / fixed[best], best
         ref = None
         if v is not None and v.speculative:
             ref = f"llama-mtp-{v.n_draft}"

@@ -24,6 +24,7 @@ class Variant:
     n_draft: int | None    # None: plain decoding
     adaptive: bool = False
     heads: str = "chain"   # SpecConfig.heads (models with several MTP heads)
+    policy: str = "fixed"  # SpecConfig.policy: fixed, adaptive, auto (n_draft: its longest draft)
 
     @property
     def speculative(self) -> bool:
@@ -34,7 +35,9 @@ def make_variants(drafts: Sequence[int], llama_cpp: bool, heads: Sequence[str] =
     vs = [Variant("plain", "pymtp", None)]
     for h in heads:
         vs += [Variant(f"mtp-{k}" + ("" if h == "chain" else f"-{h}"), "pymtp", k, heads=h) for k in drafts]
-    vs.append(Variant("mtp-adaptive", "pymtp", max(drafts, default=SpecConfig().n_draft), adaptive=True))
+    longest = max(drafts, default=SpecConfig().n_draft)
+    vs.append(Variant("mtp-adaptive", "pymtp", longest, adaptive=True, policy="adaptive"))
+    vs.append(Variant("mtp-auto", "pymtp", longest, policy="auto"))
     if llama_cpp:
         vs += [Variant(f"llama-mtp-{k}", "llama.cpp", k) for k in drafts]
         vs.append(Variant("llama-plain", "llama.cpp", None))
@@ -44,7 +47,7 @@ def make_variants(drafts: Sequence[int], llama_cpp: bool, heads: Sequence[str] =
 def _spec_arg(v: Variant) -> SpecConfig | bool:
     if not v.speculative:
         return False
-    return SpecConfig(n_draft=v.n_draft, adaptive=v.adaptive, heads=v.heads)
+    return SpecConfig(n_draft=v.n_draft, adaptive=v.adaptive, heads=v.heads, policy=v.policy)
 
 
 def _setting(temp: float | SamplingSetting) -> SamplingSetting:

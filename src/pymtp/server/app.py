@@ -26,7 +26,7 @@ from .runner import DEFAULT_MAX_QUEUE, Runner, RunnerBase
 from .schemas import ChatCompletionRequest, CommonRequest, CompletionRequest, parse_body
 from .tickets import QueueFull, ShuttingDown
 
-__all__ = ["DEFAULT_MAX_BODY", "DEFAULT_REQUEST_TIMEOUT", "DEFAULT_SHUTDOWN_TIMEOUT", "create_app", "serve"]
+__all__ = ["DEFAULT_MAX_BODY", "DEFAULT_PARALLEL", "DEFAULT_REQUEST_TIMEOUT", "DEFAULT_SHUTDOWN_TIMEOUT", "create_app", "serve"]
 
 log = logging.getLogger("pymtp.server")
 
@@ -36,10 +36,12 @@ DEFAULT_MAX_BODY = 8 << 20
 DEFAULT_REQUEST_TIMEOUT = 600.0
 #: Seconds the requests in flight get to finish after SIGTERM by default.
 DEFAULT_SHUTDOWN_TIMEOUT = 20.0
+#: Requests that run together by default (create_app and ``pymtp serve --parallel``).
+DEFAULT_PARALLEL = 4
 
 
 def create_app(model, *, model_name: str | None = None, chat_template: str | None = None,
-               defaults: dict[str, Any] | None = None, api_key: str | None = None, parallel: int = 1,
+               defaults: dict[str, Any] | None = None, api_key: str | None = None, parallel: int = DEFAULT_PARALLEL,
                slot_ctx: int | None = None, max_queue: int = DEFAULT_MAX_QUEUE, max_body: int = DEFAULT_MAX_BODY,
                request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT) -> FastAPI:
     """A FastAPI app serving model: a Session from ``pymtp.load()`` (a Model, or a path,
@@ -48,11 +50,14 @@ def create_app(model, *, model_name: str | None = None, chat_template: str | Non
     model_name: the id in /v1/models and responses (default: the file's stem); requests
     name it in ``model`` or leave ``model`` out, any other id is a 404.
     chat_template: a llama.cpp built-in template name or template text to use
-    instead of the GGUF's. defaults: request defaults, e.g. {"max_tokens": 512,
-    "temperature": 0.7, "speculative": False}. api_key: when given, every /v1 request
+    instead of the GGUF's. defaults: the settings of a request that gives none, by request
+    field name (any field of SamplingConfig, SpecConfig, GenerationConfig, and speculative),
+    e.g. {"max_tokens": 512, "temperature": 0.7, "speculative": False}; checked now (ValueError).
+    A model without MTP blocks decodes plainly by default. api_key: when given, every /v1 request
     needs ``Authorization: Bearer <api_key>`` (401 otherwise); /health and /metrics stay open.
     parallel: requests that run together in batched speculative steps (pymtp.batch; each of
-    slot_ctx positions, default the session's n_ctx); 1: one at a time on the session.
+    slot_ctx positions, default the session's n_ctx; default 4, as ``pymtp serve``); 1: one at a
+    time on the session (whose prompt cache keeps several conversations).
     max_queue: requests that may wait for a slot; more get 503 with Retry-After. max_body: the
     largest request body in bytes (413 beyond). request_timeout: seconds a request may take,
     waiting included (None: no limit); a generation still running then ends with

@@ -63,13 +63,12 @@ class BatchRunner(RunnerBase):
             batch.close()
 
     def _admit(self, batch: Batch, c: Choice, live: dict) -> None:
-        job = c.job
+        r = c.job.request
         try:
             with self.session.lock:      # the model's tokenizer, and nobody else decoding meanwhile
-                prompt = job.prompt()
-                item = batch.add(prompt, sampling=job.sampling, spec=job.spec, limits=job.limits,
-                                 constraint=job.constraint() if job.constraint else None, logprobs=job.logprobs,
-                                 top_logprobs=job.top_logprobs)
+                prompt = c.job.prompt()
+                item = batch.add(prompt, sampling=r.sampling, spec=r.spec, limits=r.limits,
+                                 constraint=r.new_constraint(), logprobs=r.wants_logprobs, top_logprobs=r.top_logprobs)
         except BaseException as e:  # noqa: BLE001 - handed to the request
             self.queue.release()
             c.ticket.put(c.index, "error", e)

@@ -1,5 +1,5 @@
-"""From a request body to its Jobs (one per choice): the prompt, the sampling and speculation
-settings, the limits.
+"""From a request body to its Jobs (one per choice): the prompt, and the request's settings
+resolved once by pymtp.request over the server's defaults.
 
 The model id is checked here (an unknown one is a 404), and unsupported OpenAI
 features are refused with a 400 naming the field, before anything runs.
@@ -13,27 +13,36 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from ..chat import chat_prompt, chat_prompt_tokens, end_marker_stops, merge_stops, normalize_messages
-from ..config import GenerationConfig, SamplingConfig, SpecConfig
 from ..errors import PymtpError, UnsupportedError
+from ..request import OptionError, Request, flat_options, resolve
 from ..session import Session
 from .errors import APIError, bad_request, validation_error
 from .runner import Job
-from .schemas import ChatCompletionRequest, CommonRequest, CompletionRequest
+from .schemas import SETTINGS, ChatCompletionRequest, CommonRequest, CompletionRequest
 
 __all__ = ["JobMaker"]
-
-DEFAULT_MAX_TOKENS = 256
 
 
 class JobMaker:
     """Resolves requests for one session with the server's defaults and chat template.
 
-    defaults: request defaults, e.g. {"max_tokens": 512, "temperature": 0.7, "speculative": False}."""
+    defaults: request defaults in the flat form of the request fields (the settings models'
+    fields and speculative), e.g. {"max_tokens": 512, "temperature": 0.7, "speculative": False,
+    "n_draft": 4}; checked here (ValueError). A model without MTP blocks decodes plainly unless a
+    request sends speculative=true with drafter "lookup"."""
 
     def __init__(self, session: Session, model_id: str, *, chat_template: str | None = None,
                  defaults: dict[str, Any] | None = None) -> None:
         self.session, self.model_id, self.chat_template = session, model_id, chat_template
-        self.defaults = dict(defaults or {})
+        unknown = sorted(set(defaults or {}) - set(SETTINGS))
+        if unknown:
+            raise ValueError(f"unknown request defaults: {', '.join(unknown)} (the settings are: {', '.join(SETTINGS)})")
+        self.defaults = {} if session.model.mtp_loaded else {"speculative": False}
+        self.defaults.update(defaults or {})
+        try:
+            resolve(flat_options({}, self.defaults), session.model, where="the server's defaults")
+        except ValidationError as e:
+            raise ValueError(f"the server's request defaults are invalid: {e}") from None
         # Fixed per server (one model, one template): computed once, off the request path.
         self.chat_stops = end_marker_stops(session.model, chat_template)
 
@@ -52,7 +61,7 @@ class JobMaker:
         response = self.response_constraint(req)
         constraint = self.forced_tool_constraint(req) or response
         if constraint is not None:
-            job = replace(job, constraint=constraint.matcher)
+            job = replace(job, request=replace(job.request, grammar=constraint))
         return self.choices(req, job)
 
     def tools(self, req: ChatCompletionRequest) -> tuple[list[dict], str] | None:
@@ -107,69 +116,43 @@ class JobMaker:
     @staticmethod
     def choices(req: CommonRequest, job: Job) -> list[Job]:
         """n jobs for n choices: each its own generation; choice i samples with seed + i when a seed is given."""
-        n = req.n or 1
-        seed = job.sampling.seed
+        n, r = req.n or 1, job.request
+        seed = r.sampling.seed
         return [job if i == 0 or seed is None else
-                replace(job, sampling=job.sampling.model_copy(update={"seed": seed + i}))
+                replace(job, request=replace(r, sampling=r.sampling.model_copy(update={"seed": seed + i})))
                 for i in range(n)]
 
     def job(self, req: CommonRequest, prompt: Callable[[], list[int]], extra_stop: tuple[str, ...] = ()) -> Job:
         """The Job of req (shared fields) with prompt; extra_stop is added to the request's stops."""
-        # logprobs of the chosen tokens (chat: true; completions: an int), and how many alternatives
-        # each (chat: top_logprobs with logprobs true; completions: that int)
-        want_logprobs = req.logprobs is not None and req.logprobs is not False
+        options = flat_options(req.settings(), self.defaults)
+        options["stop"] = merge_stops(options.get("stop"), extra_stop) or None
+        options["logprobs"], options["top_logprobs"] = self.logprobs(req)
+        return Job(prompt, self.resolve(options, logprobs_param="top_logprobs" if isinstance(req.logprobs, bool)
+                                        else "logprobs"))
+
+    def resolve(self, options: dict[str, Any], logprobs_param: str = "top_logprobs") -> Request:
+        """pymtp.request.resolve for this server's model, its errors as 400s naming the field."""
+        try:
+            return resolve(options, self.session.model, where="the request")
+        except ValidationError as e:
+            raise validation_error(e.errors()) from None
+        except OptionError as e:
+            param = logprobs_param if e.option == "top_logprobs" else e.option
+            raise bad_request(str(e), param) from None
+
+    @staticmethod
+    def logprobs(req: CommonRequest) -> tuple[bool, int]:
+        """(logprobs of the chosen tokens, alternatives per token) in OpenAI's two forms: chat sends
+        logprobs true and top_logprobs n, completions logprobs n."""
         if isinstance(req.logprobs, bool):
             top = req.top_logprobs or 0
             if top and not req.logprobs:
                 raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
-        else:
-            top = req.logprobs or 0
-            if req.top_logprobs:
-                raise bad_request("top_logprobs is a chat completions parameter; completions take logprobs=n",
-                                  "top_logprobs")
-        if not 0 <= top <= 20:
-            raise bad_request(f"top_logprobs must be in [0, 20], got {top}",
-                              "top_logprobs" if isinstance(req.logprobs, bool) else "logprobs")
-        bias = {}
-        for key, value in (req.logit_bias or {}).items():
-            try:
-                token = int(key)
-            except ValueError:
-                raise bad_request(f"logit_bias keys are token ids; got {key!r}", "logit_bias") from None
-            if not 0 <= token < self.session.model.n_vocab:
-                raise bad_request(f"logit_bias: token {token} is outside the vocabulary "
-                                  f"(0..{self.session.model.n_vocab - 1})", "logit_bias")
-            bias[token] = value
-        stops = merge_stops(req.stop, extra_stop)
-        if any(s == "" for s in stops):
-            raise bad_request("stop strings must not be empty", "stop")
-
-        def pick(name: str, fallback):
-            v = getattr(req, name, None)
-            return v if v is not None else self.defaults.get(name, fallback)
-
-        speculative = pick("speculative", True)
-        if speculative and not self.session.model.mtp_loaded:
-            if req.speculative:
-                raise bad_request(f"{self.model_id} has no MTP blocks: it cannot draft (send speculative=false)",
-                                  "speculative")
-            speculative = False
-        try:
-            sampling = SamplingConfig(temperature=pick("temperature", 0.0), top_k=pick("top_k", 0),
-                                      top_p=pick("top_p", 1.0), min_p=pick("min_p", 0.0),
-                                      repetition_penalty=pick("repetition_penalty", 1.0),
-                                      presence_penalty=req.presence_penalty or 0.0,
-                                      frequency_penalty=req.frequency_penalty or 0.0, logit_bias=bias, seed=req.seed)
-            limits = GenerationConfig(max_tokens=req.token_limit() or self.defaults.get("max_tokens",
-                                                                                         DEFAULT_MAX_TOKENS),
-                                      stop=tuple(stops), ignore_eos=pick("ignore_eos", False))
-            spec = None
-            if speculative:
-                given = {k: pick(k, None) for k in ("n_draft", "p_min")}
-                spec = SpecConfig(**{k: v for k, v in given.items() if v is not None})
-        except ValidationError as e:
-            raise validation_error(e.errors()) from None
-        return Job(prompt, sampling, spec, limits, logprobs=want_logprobs, top_logprobs=top)
+            return req.logprobs, top
+        if req.top_logprobs:
+            raise bad_request("top_logprobs is a chat completions parameter; completions take logprobs=n",
+                              "top_logprobs")
+        return req.logprobs is not None, req.logprobs or 0
 
     def completion_prompt(self, req: CompletionRequest) -> Callable[[], list[int]]:
         """The prompt's tokens, made later (in the worker): one text, or one list of token ids."""

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ..config import GenerationConfig, SamplingConfig, SpecConfig
 from ..errors import InvalidHandleError
+from ..request import Request
 from ..session import Session
 from ..stats import GenerationResult, SpecStats
 from ..textout import TextOutput
@@ -36,23 +36,18 @@ log = logging.getLogger("pymtp.server")
 DEFAULT_MAX_QUEUE = 64
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
-    """What one request asks for, resolved and validated (cheap checks, on the event loop).
-
-    prompt is called in the worker thread: tokenizing a long prompt does not block the loop."""
+    """One choice of a request: its prompt and its settings, resolved once (pymtp.request, on the
+    event loop: cheap checks). prompt is called in the worker thread: tokenizing a long prompt
+    does not block the loop."""
 
     prompt: Callable[[], list[int]]
-    sampling: SamplingConfig
-    spec: SpecConfig | None           # None: plain decoding
-    limits: GenerationConfig
-    constraint: Callable[[], object] | None = None    # a fresh TokenConstraint per generation
-    logprobs: bool = False                            # the chosen tokens' log probabilities
-    top_logprobs: int = 0                             # and the likeliest tokens of each row
+    request: Request
 
     @property
     def speculative(self) -> bool:
-        return self.spec is not None
+        return self.request.speculative
 
 
 class RunnerBase:
@@ -156,7 +151,7 @@ class RunnerBase:
         c.ticket.completion_tokens[c.index] = len(out.tokens)
         if not piece:
             return
-        if c.job.logprobs and len(out.token_logprobs) > c.reported:
+        if c.job.request.wants_logprobs and len(out.token_logprobs) > c.reported:
             new = out.entries(c.reported)
             c.ticket.put(c.index, "logprobs", new)
             c.reported += len(new)
@@ -212,20 +207,18 @@ class Runner(RunnerBase):
         """Run one choice step by step; the loop of pymtp.generate.TextStream, with a stop
         between steps for a cancel or the deadline."""
         job, ticket, session = c.job, c.ticket, self.session
+        r = job.request
         try:
             prompt = job.prompt()
-            logprobs = job.logprobs or job.top_logprobs > 0
-            constraint = job.constraint() if job.constraint else None
+            logprobs = r.wants_logprobs
+            constraint = r.new_constraint()
             with session.lock:
-                sp = session.speculator(job.sampling, job.spec)
-                if len(prompt) >= session.target.n_ctx:
-                    raise ValueError(f"the prompt has {len(prompt)} tokens; the context holds "
-                                     f"{session.target.n_ctx} (leave room for at least one new token)")
+                sp = session.speculator(r.sampling, r.spec)
                 session.generation += 1            # a paused stream on this session notices
                 mine = session.generation
-                sp.start(prompt, constraint=constraint, logprobs=logprobs, top_logprobs=job.top_logprobs)
+                sp.start(prompt, constraint=constraint, logprobs=logprobs, top_logprobs=r.top_logprobs)
             self._started(c, prompt)
-            out = TextOutput(session, job.limits, logprobs=logprobs, top_logprobs=job.top_logprobs,
+            out = TextOutput(session, r.limits, logprobs=logprobs, top_logprobs=r.top_logprobs,
                              constraint=constraint)
             while out.finish is None:
                 now = time.monotonic()

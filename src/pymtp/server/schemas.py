@@ -1,5 +1,8 @@
 """Request bodies of the OpenAI-compatible API (pydantic; unknown fields are ignored), and parse_body.
 
+The generation settings are derived from pymtp.config's models (SettingsFields): the same
+names, bounds and descriptions as the Python API's keywords, every one of them optional.
+
 The routes parse their bodies here rather than through FastAPI's body parameters, so
 that any content type is read as JSON (``curl -d`` sends form-encoded) and a body that
 is not JSON gets a 400 naming where it breaks (line, column and character offset).
@@ -8,13 +11,17 @@ is not JSON gets a 400 naming where it breaks (line, column and character offset
 from __future__ import annotations
 
 import json
-from typing import Any, Optional, TypeVar, Union
+from typing import Annotated, Any, Optional, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from ..config import GenerationConfig, SamplingConfig, SpecConfig
 from .errors import bad_request, validation_error
 
-__all__ = ["ChatCompletionRequest", "ChatMessage", "CommonRequest", "CompletionRequest", "parse_body"]
+__all__ = ["ChatCompletionRequest", "ChatMessage", "CommonRequest", "CompletionRequest", "SETTINGS", "parse_body"]
+
+#: The request fields that are settings (the flat form of pymtp.request.flat_options).
+SETTINGS = (*SamplingConfig.model_fields, *SpecConfig.model_fields, *GenerationConfig.model_fields, "speculative")
 
 #: The most choices one request may ask for (each choice is a generation of its own, run in turn).
 MAX_N = 16
@@ -46,34 +53,42 @@ def parse_body(raw: bytes, cls: type[R]) -> R:
         raise validation_error(e.errors()) from None
 
 
-class CommonRequest(BaseModel):
-    """Fields shared by completions and chat completions."""
+def _optional(*models: type[BaseModel], wire: tuple[str, ...]) -> dict[str, Any]:
+    """The fields of the settings models as optional request fields (None: the server's default)
+    with the same bounds and descriptions; wire: fields the OpenAI API sends in a form of its own."""
+    fields: dict[str, Any] = {}
+    for model in models:
+        for name, info in model.model_fields.items():
+            if name not in wire:
+                kind = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+                fields[name] = (Optional[kind], Field(None, description=info.description))
+    return fields
+
+
+#: Every field of SamplingConfig, SpecConfig and GenerationConfig (pymtp.config) as an optional
+#: request field, so bounds cannot disagree with the Python API's; the wire forms below differ.
+SettingsFields = create_model(
+    "SettingsFields", __config__=ConfigDict(extra="ignore"),
+    **_optional(SamplingConfig, SpecConfig, GenerationConfig, wire=("logit_bias", "stop")))
+
+
+class CommonRequest(SettingsFields):
+    """Fields shared by completions and chat completions: the settings models' fields (SettingsFields,
+    with pymtp's extensions to OpenAI's: top_k, min_p, repetition_penalty, repetition_window,
+    ignore_eos, and SpecConfig's n_draft, p_min, drafter, ...) and the OpenAI request fields."""
 
     model_config = ConfigDict(extra="ignore")
 
     model: Optional[str] = None
-    max_tokens: Optional[int] = Field(None, ge=1)
-    temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
-    top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
     n: Optional[int] = Field(None, ge=1, le=MAX_N)
     stream: Optional[bool] = False
     stream_options: Optional[dict[str, Any]] = None
     stop: Optional[Union[str, list[str]]] = None
-    seed: Optional[int] = Field(None, ge=0)
-    presence_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
-    frequency_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
-    logit_bias: Optional[dict[str, float]] = None
+    logit_bias: Optional[dict[str, float]] = None          # {"token id": bias}
     logprobs: Optional[Union[bool, int]] = None
     top_logprobs: Optional[int] = None
     user: Optional[str] = None
-    # pymtp / llama.cpp extensions
-    top_k: Optional[int] = Field(None, ge=0)
-    min_p: Optional[float] = Field(None, ge=0.0, lt=1.0)
-    repetition_penalty: Optional[float] = Field(None, gt=0.0, le=10.0)
-    ignore_eos: Optional[bool] = None
-    speculative: Optional[bool] = None
-    n_draft: Optional[int] = Field(None, ge=1, le=16)
-    p_min: Optional[float] = Field(None, ge=0.0, le=1.0)
+    speculative: Optional[bool] = None                     # false: plain decoding
 
     def wants_usage(self) -> bool:
         """Whether a stream should end with a usage chunk (stream_options.include_usage)."""
@@ -82,6 +97,14 @@ class CommonRequest(BaseModel):
     def token_limit(self) -> Optional[int]:
         """The most tokens the client asks for (None: the server's default)."""
         return self.max_tokens
+
+    def settings(self) -> dict[str, Any]:
+        """The settings the request gives, in the flat form (pymtp.request.flat_options): the
+        settings models' fields and speculative; the token limit; logprobs are read apart."""
+        given = {name: getattr(self, name) for name in SETTINGS if getattr(self, name) is not None}
+        if self.token_limit() is not None:
+            given["max_tokens"] = self.token_limit()
+        return given
 
 
 class CompletionRequest(CommonRequest):

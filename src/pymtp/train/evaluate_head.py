@@ -1,13 +1,24 @@
-"""Acceptance of an assembled MTP model, measured in llama.cpp through pymtp.
+"""Acceptance of NextN heads on the default trunk, measured in llama.cpp through pymtp,
+several heads in one run (before against after).
 
-    python -m pymtp.train.evaluate_head [--model PATH] [--work build/pymtp-head]
+    python -m pymtp.train.evaluate_head                          # the shipped head
+    python -m pymtp.train.evaluate_head --head NEW.gguf          # the shipped head and NEW.gguf
+    python -m pymtp.train.evaluate_head --head NEW.gguf --json out.json
 
-* draft length 1, teacher-forced: the share of positions p where the head's argmax from
-  (x(p+1), h(p)) equals the trunk's argmax at p+1, over
-  - held-out human text: standard-library files never trained on (first 512 tokens each);
-  - held-out text the trunk generates greedily (chat answers and prose, completion part);
-* P(first k accepted), k = 1..3: real greedy speculative generations (n_draft = 3) from the
-  held-out chat prompts and held-out code prefixes; accepted_at[k-1] / drafted_at[k-1].
+Each head is assembled with the F16 trunk (as pymtp.load() does for the default) and measured
+on held-out text only (teacher_text.py's splits), the heads taking turns on each item:
+
+* teacher-forced acceptance at draft length 1, by domain: the share of counted positions p
+  where the head's argmax from (x(p+1), h(p)) over the draft vocabulary drafting uses
+  (``--draft-vocab``, SpecConfig's default) equals the trunk's argmax at p+1; the full
+  vocabulary's too, and a draft vocabulary of the same size taken from the distillation
+  corpus (``accept_corpus_vocab``; equal to ``accept`` when --work has no shards). Domains: ``code`` (held-out stdlib files), ``docs`` (held-out package
+  READMEs), and the trunk's greedy ``chat``, ``prose`` and ``codegen`` text (from
+  --text, python -m pymtp.train.selfdistill's trunk-text.jsonl; completions only);
+* real speculative generations (n_draft 3, fixed draft length) from held-out chat
+  instructions, prose openings and code prefixes, at greedy and at Qwen's sampling settings
+  (T 0.7, top-p 0.8, top-k 20): P(first k accepted) for k = 1..3 (steps whose first k drafts
+  were all accepted / steps that drafted k) and tokens per step (emitted / steps).
 
 Needs only numpy and pymtp (no torch).
 """
@@ -16,96 +27,207 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 import numpy as np
 
-from . import corpus, data
+from . import teacher_text
 
-WINDOW = 512
+WINDOW = teacher_text.WINDOW
+QWEN = dict(temperature=0.7, top_p=0.8, top_k=20)
+TRUNK_DOMAINS = ("chat", "prose", "codegen")
+
+
+def assemble(head: Path) -> Path:
+    """The default trunk (F16) with this head, cached by the head's hash."""
+    from pymtp import convert, trunk
+    from pymtp.cache import cache_dir, cached_file, file_sha256
+    from pymtp.default_model import ASSEMBLY
+
+    out = cache_dir("models") / f"smollm2-135m-mtp-f16-{file_sha256(head)[:12]}-a{ASSEMBLY}.gguf"
+    return cached_file(out, lambda tmp: convert.write_glm4moe(trunk.trunk_path(), tmp, head=head, f16=True))
+
+
+class TeacherForced:
+    """Counts of head-vs-trunk argmax agreement for one model, per domain."""
+
+    def __init__(self, model, vocab_ids: np.ndarray, alt_vocab: np.ndarray | None = None):
+        import pymtp
+
+        self.t = pymtp.TargetContext(model, n_ctx=teacher_text.WINDOW, n_batch=teacher_text.WINDOW)
+        self.d = pymtp.DraftContext(self.t)
+        self.vocab = vocab_ids
+        self.alt = alt_vocab if alt_vocab is not None else vocab_ids
+        # domain -> [agree (draft vocab), agree (full), positions, agree (the other draft vocab)]
+        self.counts: dict[str, np.ndarray] = {}
+
+    def add(self, domain: str, toks: list[int], first: int) -> None:
+        toks = toks[:teacher_text.WINDOW]
+        if len(toks) < 3:
+            return
+        self.t.seq_rm(0)
+        self.d.seq_rm(0)
+        self.t.decode(toks, 0)
+        trunk_next = self.t.logits().argmax(1)           # row q predicts x(q+1)
+        h = self.t.hidden().copy()
+        self.d.decode(toks[1:], 0, h[0], h[1:-1])        # row p: (x(p+1), h(p)) predicts x(p+2)
+        logits = self.d.logits()
+        head_full = logits.argmax(1)
+        head_vocab = self.vocab[logits[:, self.vocab].argmax(1)]
+        head_alt = self.alt[logits[:, self.alt].argmax(1)]
+        p = np.arange(max(0, first - 2), len(toks) - 1)  # predictions of x(p+2) with p+2 >= first
+        c = self.counts.setdefault(domain, np.zeros(4, np.int64))
+        c += [(head_vocab[p] == trunk_next[p + 1]).sum(), (head_full[p] == trunk_next[p + 1]).sum(), len(p),
+              (head_alt[p] == trunk_next[p + 1]).sum()]
+
+    def close(self) -> None:
+        self.d.close()
+        self.t.close()
+
+    def figures(self) -> dict:
+        def fig(c):
+            n = max(c[2], 1)
+            return {"accept": round(c[0] / n, 4), "accept_full_vocab": round(c[1] / n, 4),
+                    "accept_corpus_vocab": round(c[3] / n, 4), "positions": int(c[2])}
+
+        out = {d: fig(c) for d, c in sorted(self.counts.items())}
+        groups = {"trunk_written": TRUNK_DOMAINS, "human_code": ("code",), "all": tuple(self.counts)}
+        for g, doms in groups.items():
+            out[g] = fig(sum((self.counts[d] for d in doms if d in self.counts), np.zeros(4, np.int64)))
+        return out
 
 
 def teacher_forced(model, seqs: list[tuple[list[int], int]]) -> tuple[int, int]:
-    """(agreements, positions) of head argmax vs trunk argmax one step later; each item is
-    (tokens, first position counted)."""
+    """(agreements, positions) at draft length 1 over the whole vocabulary; each item is
+    (tokens, first position counted) (tools/measure_quant.py's figure)."""
+    tf = TeacherForced(model, np.arange(model.n_vocab))
+    try:
+        for toks, first in seqs:
+            tf.add("all", toks, first + 1)
+    finally:
+        tf.close()
+    c = tf.counts.get("all", np.zeros(4, np.int64))
+    return int(c[1]), int(c[2])
+
+
+def speculative(session, prompts: list[list[int]], max_tokens: int, sampling: dict, seed: int,
+                n_draft: int = 3) -> dict:
+    """P(first k accepted), k = 1..n_draft, and tokens per step over generations of the prompts
+    (batched: pymtp.generate with a list)."""
     import pymtp
 
-    t = pymtp.TargetContext(model, n_ctx=WINDOW, n_batch=WINDOW)
-    d = pymtp.DraftContext(t)
-    agree = total = 0
-    for toks, first in seqs:
-        toks = toks[:WINDOW]
-        if len(toks) < 3:
-            continue
-        t.seq_rm(0)
-        d.seq_rm(0)
-        t.decode(toks, 0)
-        trunk_next = t.logits().argmax(1)             # row q predicts x(q+1)
-        h = t.hidden().copy()
-        d.decode(toks[1:], 0, h[0], h[1:-1])          # row p: (x(p+1), h(p)) predicts x(p+2)
-        head_next = d.logits().argmax(1)
-        p = np.arange(max(0, first - 1), len(toks) - 1)
-        agree += int((head_next[p] == trunk_next[p + 1]).sum())
-        total += len(p)
-    d.close()
-    t.close()
-    return agree, total
+    spec = pymtp.SpecConfig(n_draft=n_draft, adaptive=False)
+    rs = pymtp.generate(prompts, session, max_tokens=max_tokens, speculative=spec, seed=seed, **sampling)
+    acc, dra, steps, emitted = np.zeros(n_draft), np.zeros(n_draft), 0, 0
+    for r in rs:
+        a, d = r.stats.accepted_at[:n_draft], r.stats.drafted_at[:n_draft]
+        acc[:len(a)] += a
+        dra[:len(d)] += d
+        steps += r.stats.n_steps
+        emitted += r.stats.n_emitted
+    return {"p_first_k_accepted": [round(float(a / d), 4) if d else 0.0 for a, d in zip(acc, dra)],
+            "tokens_per_step": round(emitted / max(steps, 1), 4), "steps": int(steps), "tokens": int(emitted)}
 
 
-def speculative(model, prompts: list[list[int]], max_tokens: int, n_draft: int = 3) -> list[float]:
-    """P(first k accepted) for k = 1..n_draft over greedy speculative generations."""
+def held_out_documents(model, text: Path | None, *, per_domain: int, human_tokens: int) -> list[dict]:
+    docs = []
+    if text is not None and text.exists():
+        gen = [d for d in teacher_text.trunk_documents(text) if d["held_out"] and d["temperature"] == 0.0]
+        for dom in TRUNK_DOMAINS:
+            docs += [d for d in gen if d["domain"] == dom][:per_domain]
+    human = teacher_text.human_documents(model, code_tokens=10 * human_tokens, docs_tokens=10 * human_tokens,
+                                         seed=0, splits=(True,))
+    return docs + human
+
+
+def prompts_for(model, text: Path | None, n: int) -> list[list[int]]:
+    """Held-out prompts: chat instructions and prose openings (trunk-text.jsonl's held-out
+    items) and held-out stdlib code prefixes, n of each at most."""
+    out = []
+    if text is not None and text.exists():
+        held = [t for t in teacher_text.read_jsonl(text) if t["held_out"]]
+        for dom in ("chat", "prose"):
+            out += [t["prompt"] for t in held if t["domain"] == dom][:n]
+    code = [d for d in teacher_text.human_documents(model, code_tokens=10 * 64 * n, docs_tokens=0, seed=0,
+                                                    splits=(True,)) if d["domain"] == "code"]
+    out += [d["tokens"][:64] for d in code[:n]]
+    return out
+
+
+def corpus_vocab(work: Path, model, n: int) -> np.ndarray | None:
+    """The n most frequent tokens of the distillation corpus' training split (selfdistill's
+    shards in work) plus the end-of-generation tokens, or None without shards: the
+    alternative to pymtp.draft_vocab's stdlib-derived set."""
+    from . import teacher
+
+    if not (work / "teacher" / teacher.MANIFEST).exists():
+        return None
+    counts = np.bincount(teacher.load(work / "teacher", False).tokens, minlength=model.n_vocab)
+    top = np.argsort(-counts, kind="stable")[:n]
+    eog = [t for t in (model.eos, model.eot) if t is not None]
+    return np.unique(np.concatenate([top, np.asarray(eog, np.int64)])).astype(np.int64)
+
+
+def evaluate(heads: dict[str, Path], *, text: Path | None, per_domain: int = 20, human_tokens: int = 10_000,
+             n_prompts: int = 8, max_tokens: int = 64, draft_vocab: int = 4096, seed: int = 0,
+             work: Path | None = None, log=print) -> dict:
     import pymtp
+    from pymtp.draft_vocab import frequent_tokens
 
-    acc = np.zeros(n_draft)
-    dra = np.zeros(n_draft)
-    for p in prompts:
-        r = pymtp.generate(p, model, max_tokens=max_tokens, speculative={"n_draft": n_draft})
-        acc[:len(r.stats.accepted_at)] += r.stats.accepted_at[:n_draft]
-        dra[:len(r.stats.drafted_at)] += r.stats.drafted_at[:n_draft]
-    return [float(a / d) if d else 0.0 for a, d in zip(acc, dra)]
-
-
-def evaluate(model_path: Path, texts_path: Path, n_code: int = 40, max_tokens: int = 96) -> dict:
-    import pymtp
-
-    model = pymtp.load(model_path, n_ctx=2048)
-    _, held_files = data.split_files()
-    code = []
-    for rel in held_files:
-        text = data.read_text(rel)
-        if text:
-            code.append(model.tokenize(text, add_special=False)[:WINDOW])
-        if len(code) == n_code:
-            break
-    gen = [t for t in corpus.read_texts(texts_path) if t["held_out"]]
-    a_code, n_code_pos = teacher_forced(model, [(c, 1) for c in code])
-    by_kind = {}
-    for kind in sorted({g["kind"] for g in gen}):
-        by_kind[kind] = teacher_forced(model, [(g["prompt"] + g["completion"], len(g["prompt"]))
-                                               for g in gen if g["kind"] == kind])
-    a_gen, n_gen_pos = (sum(v[i] for v in by_kind.values()) for i in (0, 1))
-    prompts = [g["prompt"] for g in gen if g["kind"] == "chat"][:32] + [c[:64] for c in code[:10]]
-    firstk = speculative(model, prompts, max_tokens)
-    model.close()
-    return {"model": str(model_path),
-            "k1_human_code": round(a_code / max(n_code_pos, 1), 4), "k1_human_code_positions": n_code_pos,
-            "k1_trunk_greedy": round(a_gen / max(n_gen_pos, 1), 4), "k1_trunk_greedy_positions": n_gen_pos,
-            "k1_trunk_greedy_by_kind": {k: round(a / max(n, 1), 4) for k, (a, n) in by_kind.items()},
-            "p_first_k_accepted": [round(x, 4) for x in firstk], "speculative_prompts": len(prompts)}
+    sessions = {name: pymtp.load(assemble(h), n_ctx=2048) for name, h in heads.items()}
+    first = next(iter(sessions.values())).model
+    vocab = frequent_tokens(first, draft_vocab).astype(np.int64)
+    alt = corpus_vocab(work, first, draft_vocab) if work is not None else None
+    docs = held_out_documents(first, text, per_domain=per_domain, human_tokens=human_tokens)
+    prompts = prompts_for(first, text, n_prompts)
+    log(f"{len(docs)} held-out documents, {len(prompts)} prompts, heads: {', '.join(heads)}")
+    out = {name: {"head": str(h)} for name, h in heads.items()}
+    t0 = time.time()
+    tf = {name: TeacherForced(s.model, vocab, alt) for name, s in sessions.items()}
+    for d in docs:
+        for name in heads:                         # the heads take turns on each document
+            tf[name].add(d["domain"], d["tokens"], d["first"])
+    for name in heads:
+        out[name]["teacher_forced_k1"] = tf[name].figures()
+        tf[name].close()
+    log(f"teacher-forced: {time.time() - t0:.0f} s")
+    for label, sampling in (("greedy", {}), ("qwen_sampling", QWEN)):
+        t0 = time.time()
+        for name, s in sessions.items():
+            out[name][label] = speculative(s, prompts, max_tokens, sampling, seed)
+        log(f"{label}: {time.time() - t0:.0f} s")
+    for s in sessions.values():
+        s.close()
+    return out
 
 
 def main(argv=None) -> None:
+    from .selfdistill import SHIPPED, default_work
+
     ap = argparse.ArgumentParser(prog="python -m pymtp.train.evaluate_head", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=None, help="an assembled GGUF (default: pymtp's default model)")
-    ap.add_argument("--work", default="build/pymtp-head", help="where texts.jsonl is (python -m pymtp.train)")
-    ap.add_argument("--texts", default="texts2.jsonl",
-                    help="the trunk texts in --work whose held-out items are measured (texts.jsonl: stage 1's)")
+    ap.add_argument("--head", type=Path, action="append", default=[], help="a head GGUF to measure beside the shipped one")
+    ap.add_argument("--text", type=Path, default=None, help="trunk-text.jsonl (default: selfdistill's, in the cache)")
+    ap.add_argument("--per-domain", type=int, default=20, help="held-out trunk texts per domain")
+    ap.add_argument("--human-tokens", type=int, default=10_000, help="held-out human tokens per domain (about)")
+    ap.add_argument("--prompts", type=int, default=8, help="prompts per kind (chat, prose, code)")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--draft-vocab", type=int, default=4096)
+    ap.add_argument("--work", type=Path, default=None,
+                    help="selfdistill's work folder: its corpus gives the alternative draft vocabulary measured")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
-    from pymtp import default_model
-
-    path = Path(args.model) if args.model else default_model.resolve(None)
-    print(json.dumps(evaluate(path, Path(args.work) / args.texts), indent=1))
+    heads = {"shipped": SHIPPED}
+    for h in args.head:
+        heads[h.stem if h.stem not in heads else str(h)] = h
+    text = args.text or default_work() / "trunk-text.jsonl"
+    res = evaluate(heads, text=text, per_domain=args.per_domain, human_tokens=args.human_tokens,
+                   n_prompts=args.prompts, max_tokens=args.max_tokens, draft_vocab=args.draft_vocab,
+                   work=args.work or default_work())
+    print(json.dumps(res, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1) + "\n")
 
 
 if __name__ == "__main__":

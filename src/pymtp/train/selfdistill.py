@@ -1,0 +1,293 @@
+"""Soft-target, multi-step self-distillation of the default model's NextN head (issue #30).
+
+    python -m pymtp.train.selfdistill                      # every stage, cached and resumable
+    python -m pymtp.train.selfdistill --device cuda        # the same run on a GPU (training stage)
+    python -m pymtp.train.evaluate_head --head WORK/RUN/smollm2-135m-nextn.gguf
+
+Stages, each cached in --work (default: pymtp's cache, ``train/smollm2-135m``):
+
+1. ``trunk-text.jsonl``: chat answers, prose and code continuations the trunk writes through
+   pymtp.Batch (teacher_text.py), within --gen-minutes (a rerun writes more);
+2. ``teacher/``: the trunk's hidden rows and top-k next-token log-probs for those texts and
+   for human code and prose (teacher.py), in shards; ``vocab.npy`` (the draft vocabulary the
+   loss normalises over, pymtp.draft_vocab's) and ``embed.npy`` (the trunk's tied
+   embedding / output matrix) beside them, so that training needs neither llama.cpp nor the
+   trunk file: copy the work folder to a GPU machine and run the same command there;
+3. ``RUN/``: training (multistep.py) from --init (the shipped head), checkpointed every
+   --ckpt-every steps (``ckpt.pt``; a rerun resumes), then the head (F16 GGUF), its loss
+   curve and a JSON record of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import teacher, teacher_text
+
+HEAD_FILE = "smollm2-135m-nextn.gguf"
+SHIPPED = Path(__file__).resolve().parents[1] / "models" / HEAD_FILE
+
+
+def default_work() -> Path:
+    from pymtp.cache import cache_dir
+
+    return cache_dir("train") / "smollm2-135m"
+
+
+# ---- stages 1 and 2: the corpus and the teacher (llama.cpp, CPU) --------------------------
+
+def prepare(args, work: Path, log=print) -> dict:
+    """Trunk text, teacher shards, draft vocabulary and embeddings; returns timing figures."""
+    import pymtp
+    from pymtp import default_model, draft_vocab
+    from .head import gguf_weights
+
+    figures = {}
+    teacher_path = default_model.resolve(None)
+    text = work / "trunk-text.jsonl"
+    with pymtp.load(n_ctx=2048) as session:
+        m = session.model
+        if args.gen_minutes > 0:
+            t0, c0 = time.time(), time.process_time()
+            n0 = _generated_tokens(text)
+            jobs = teacher_text.generation_jobs(m, n_code=args.n_code, seed=args.seed)
+            teacher_text.generate(session, text, jobs, max_tokens=args.gen_tokens, n_seq=args.gen_seqs,
+                                  seed=args.seed, deadline=t0 + 60 * args.gen_minutes, log=log)
+            figures["generation"] = {"seconds": round(time.time() - t0, 1),
+                                     "cpu_seconds": round(time.process_time() - c0, 1),
+                                     "new_tokens": _generated_tokens(text) - n0}
+        docs = teacher_text.trunk_documents(text) if text.exists() else []
+        docs += teacher_text.human_documents(m, code_tokens=args.code_tokens, docs_tokens=args.docs_tokens,
+                                             seed=args.seed)
+        vocab = draft_vocab.frequent_tokens(m, args.draft_vocab)
+        np.save(work / "vocab.npy", vocab)
+    if not (work / "embed.npy").exists():
+        W = gguf_weights(teacher_path, {"token_embd.weight"})["token_embd.weight"]
+        np.save(work / "embed.npy", W.astype(np.float16))
+    t0, c0 = time.time(), time.process_time()
+    man = teacher.extract(teacher_path, docs, work / "teacher", top_k=args.top_k, n_threads=args.llama_threads or None,
+                          log=log)
+    figures["extraction"] = {"seconds": round(time.time() - t0, 1), "cpu_seconds": round(time.process_time() - c0, 1),
+                             "tokens_total": man["tokens"], "seconds_total": man["seconds"],
+                             "cpu_seconds_total": man.get("cpu_seconds", 0.0)}
+    return figures
+
+
+def _generated_tokens(path: Path) -> int:
+    if not path.exists():
+        return 0
+    return sum(len(t["completion"]) for t in teacher_text.read_jsonl(path))
+
+
+# ---- stage 3: training (torch, CPU or GPU) --------------------------------------------------
+
+class Crops:
+    """Random crops of `seq` positions from the extracted documents, as torch tensors."""
+
+    def __init__(self, docs: teacher.Documents, seq: int):
+        self.d, self.seq = docs, seq
+        lens = np.diff(docs.offsets)
+        self.ok = np.flatnonzero(lens >= 8)
+
+    def batch(self, rng: np.random.Generator, n: int, device):
+        import torch
+
+        d, L = self.d, self.seq
+        E, K = d.hidden.shape[1], d.topk_ids.shape[1]
+        toks = np.zeros((n, L), np.int64)
+        hid = np.zeros((n, L, E), np.float32)
+        ids = np.zeros((n, L, K), np.int64)
+        logp = np.full((n, L, K), -np.inf, np.float32)
+        mask = np.zeros((n, L), bool)
+        for b, i in enumerate(rng.choice(self.ok, size=n)):
+            s, e = int(d.offsets[i]), int(d.offsets[i + 1])
+            take = min(L, e - s)
+            o = s + int(rng.integers(0, e - s - take + 1))
+            toks[b, :take] = d.tokens[o:o + take]
+            hid[b, :take] = d.hidden[o:o + take]
+            ids[b, :take] = d.topk_ids[o:o + take]
+            logp[b, :take] = d.topk_logp[o:o + take]
+            mask[b, :take] = True
+        t = lambda a: torch.from_numpy(a).to(device)
+        return t(toks), t(hid), t(ids), t(logp), t(mask)
+
+
+def train(args, work: Path, log=print) -> dict:
+    import torch
+
+    from .head import HeadConfig, read_head_gguf, write_head_gguf
+    from .multistep import DraftVocab, chain_loss
+
+    dev = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run = work / args.run
+    run.mkdir(parents=True, exist_ok=True)
+    cfg = HeadConfig()
+    W = torch.from_numpy(np.load(work / "embed.npy").astype(np.float32)).to(dev)
+    vocab = DraftVocab(np.load(work / "vocab.npy"), cfg.n_vocab, dev)
+    tr, he = teacher.load(work / "teacher", False), teacher.load(work / "teacher", True)
+    crops, held = Crops(tr, args.seq), Crops(he, args.seq)
+    log(f"training on {tr.n_tokens} tokens ({len(crops.ok)} documents), held-out {he.n_tokens}; "
+        f"draft vocabulary {len(vocab.ids)}; device {dev}, torch threads {torch.get_num_threads()}")
+    head = read_head_gguf(args.init, cfg).to(dev)
+    head.train()
+    opt = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    warm = max(1, args.steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps))))
+    rng = np.random.default_rng(args.seed)
+    step, curve, seconds, cpu = 0, [], 0.0, 0.0
+    ckpt = run / "ckpt.pt"
+    if ckpt.exists():
+        st = torch.load(ckpt, map_location=dev, weights_only=False)
+        head.load_state_dict(st["head"])
+        opt.load_state_dict(st["opt"])
+        sched.load_state_dict(st["sched"])
+        rng.bit_generator.state = st["rng"]
+        torch.set_rng_state(st["torch_rng"])
+        step, curve, seconds, cpu = st["step"], st["curve"], st["seconds"], st.get("cpu_seconds", 0.0)
+        log(f"resumed at step {step}")
+    eval_rng = np.random.default_rng(args.seed + 1)
+    eval_batches = [held.batch(eval_rng, args.batch, "cpu") for _ in range(args.eval_batches)]
+
+    def evaluate() -> dict:
+        head.eval()
+        figs = []
+        with torch.no_grad():
+            for b in eval_batches:
+                figs.append(chain_loss(head, W, vocab, *(x.to(dev) for x in b), args.chain, feed=args.feed)[1])
+        head.train()
+        out = {"step": step, "seconds": round(seconds, 1)}
+        for k in range(args.chain):
+            rows = sum(f[k]["rows"] for f in figs)
+            for key in ("kl", "agree", "chain"):
+                out[f"held_{key}{k + 1}"] = round(sum(f[k][key] * f[k]["rows"] for f in figs) / max(rows, 1), 5)
+        return out
+
+    def save() -> None:
+        tmp = ckpt.with_suffix(".tmp")
+        torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+                    "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(), "step": step,
+                    "curve": curve, "seconds": seconds, "cpu_seconds": cpu}, tmp)
+        tmp.replace(ckpt)
+
+    if step == 0:
+        curve.append(evaluate())
+        log(_fmt(curve[-1]))
+    stop = min(args.steps, args.stop_at or args.steps)
+    while step < stop:
+        t0, c0 = time.time(), time.process_time()
+        loss, figs = chain_loss(head, W, vocab, *crops.batch(rng, args.batch, dev), args.chain, feed=args.feed)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        step += 1
+        seconds += time.time() - t0
+        cpu += time.process_time() - c0
+        if step % 10 == 0:
+            row = {"step": step, "seconds": round(seconds, 1), "train_loss": round(float(loss), 5)}
+            row |= {f"train_agree{k + 1}": round(f["agree"], 4) for k, f in enumerate(figs)}
+            curve.append(row)
+            log(_fmt(row))
+        if step % args.eval_every == 0 or step == args.steps:
+            curve.append(evaluate())
+            log(_fmt(curve[-1]))
+        if step % args.ckpt_every == 0 or step == stop:
+            save()
+    if step < args.steps:
+        log(f"stopped at step {step} of {args.steps}: a rerun resumes from {ckpt}")
+        return {"run": str(run), "steps": step, "stopped": True}
+    out = run / HEAD_FILE
+    write_head_gguf(head.cpu(), out)
+    write_curve(out.with_suffix(".loss.csv"), curve)
+    return {"run": str(run), "head": str(out), "steps": step, "train_seconds": round(seconds, 1),
+            "train_cpu_seconds": round(cpu, 1),
+            "seconds_per_step": round(seconds / max(step, 1), 3),
+            "tokens_seen": step * args.batch * args.seq, "train_tokens": tr.n_tokens, "held_out_tokens": he.n_tokens,
+            "first": curve[0], "final": [r for r in curve if "held_kl1" in r][-1]}
+
+
+def _fmt(row: dict) -> str:
+    return "  " + ", ".join(f"{k} {v}" for k, v in row.items())
+
+
+def write_curve(path: Path, curve: list[dict]) -> None:
+    keys = sorted({k for r in curve for k in r}, key=lambda k: (k != "step", k != "seconds", k))
+    with open(path, "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=keys)
+        wr.writeheader()
+        wr.writerows(curve)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m pymtp.train.selfdistill", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", type=Path, default=None, help="the cache folder of every stage")
+    ap.add_argument("--run", default="run", help="the training run's folder in --work")
+    ap.add_argument("--device", default="cpu", help="torch device of the training stage: cpu, cuda, cuda:1, ...")
+    ap.add_argument("--skip-prepare", action="store_true",
+                    help="train on the shards already in --work (a machine without llama.cpp)")
+    ap.add_argument("--prepare-only", action="store_true", help="stop after the teacher's shards")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--gen-minutes", type=float, default=60, help="time for new trunk text this run (0: none)")
+    ap.add_argument("--n-code", type=int, default=400, help="stdlib openings the trunk continues")
+    ap.add_argument("--gen-tokens", type=int, default=160)
+    ap.add_argument("--gen-seqs", type=int, default=32, help="texts generated together (pymtp.Batch slots)")
+    ap.add_argument("--code-tokens", type=int, default=300_000, help="human code (stdlib) for training")
+    ap.add_argument("--docs-tokens", type=int, default=150_000, help="human prose (package docs) for training")
+    ap.add_argument("--top-k", type=int, default=32, help="the trunk's next tokens kept per position")
+    ap.add_argument("--draft-vocab", type=int, default=4096, help="the loss's vocabulary: SpecConfig.draft_vocab's")
+    ap.add_argument("--llama-threads", type=int, default=0)
+    ap.add_argument("--init", type=Path, default=SHIPPED, help="the head training starts from")
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--chain", type=int, default=3, help="recursion steps trained (weights 0.6^(k-1))")
+    ap.add_argument("--feed", choices=("text", "draft"), default="text",
+                    help="step k's input token: the text's (= the draft on accepted chains) or the head's argmax")
+    ap.add_argument("--stop-at", type=int, default=0, help="checkpoint and stop at this step (a later run resumes)")
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--eval-batches", type=int, default=4)
+    ap.add_argument("--ckpt-every", type=int, default=25)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    return ap
+
+
+def main(argv=None) -> None:
+    args = parser().parse_args(argv)
+    work = args.work or default_work()
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    record = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+    if not args.skip_prepare:
+        record["prepare"] = prepare(args, work)
+        if args.prepare_only:
+            print(json.dumps(record["prepare"]), flush=True)
+            return
+    record["train"] = train(args, work)
+    if record["train"].get("stopped"):
+        return
+    record["total_seconds"] = round(time.time() - t0, 1)
+    import torch
+
+    record["torch"] = torch.__version__
+    record["manifest"] = {k: v for k, v in json.loads((work / "teacher" / teacher.MANIFEST).read_text()).items()
+                          if k != "shards"}
+    out = Path(record["train"]["head"])
+    out.with_suffix(".train.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) and its .loss.csv / .train.json", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,347 @@
+"""pymtp.policy: the auto draft-length policy (k in 0..K from costs and acceptance), its cost
+model and calibration, alone, in a speculator and in a Batch.
+
+Where a test checks a choice, the costs are a fixed table (CostModel.table, injected with
+use_costs): decisions then depend on acceptance only, never on wall-clock noise. Calibration is
+tested on its own."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+import pymtp
+from pymtp import SamplingConfig, SpecConfig
+from pymtp.batch import Batch
+from pymtp.config import GenerationConfig
+from pymtp.drafter import Draft, Drafter
+from pymtp.policy import (
+    PROBE_MAX,
+    AutoPolicy,
+    CostModel,
+    DraftPolicy,
+    calibrate,
+    costs_for,
+    make_policy,
+    use_costs,
+)
+from pymtp.speculator import MTPSpeculator
+from pymtp.testing.echo import EchoMaps, make_echo
+
+#: Verifying more rows costs little (a GPU-like table): drafting wins wherever drafts are accepted.
+CHEAP = {1: 1.0, 2: 1.05, 3: 1.1, 4: 1.15, 5: 1.2, 8: 1.35, 16: 1.7, 32: 2.4}
+#: A CPU-like table: each row adds 30% of one.
+MID = {1: 1.0, 2: 1.3, 3: 1.6, 4: 1.9, 5: 2.2, 9: 3.4, 32: 10.3}
+#: A 2-row verify costs 3x one row (a verify made artificially expensive): plain decoding wins
+#: even at full acceptance.
+DEAR = {1: 1.0, 2: 3.0, 3: 5.0, 5: 9.0, 32: 63.0}
+
+
+def auto(n_draft=4, window=16, costs=None):
+    spec = SpecConfig(policy="auto", n_draft=n_draft, adaptive_window=window)
+    return AutoPolicy(spec, n_draft, costs=costs or CostModel.table(CHEAP, 0.02))
+
+
+def run(policy, accept, steps):
+    """Drive a policy for `steps` steps; accept(i) -> probability that draft position i is accepted
+    at step... Returns the lengths chosen."""
+    rng = random.Random(0)
+    ks = []
+    for step in range(steps):
+        k = policy.next_length(100)
+        n_acc = 0
+        while n_acc < k and rng.random() < accept(step):
+            n_acc += 1
+        policy.update(k, n_acc, 0.0, 1.0)
+        ks.append(k)
+    return ks
+
+
+# ---- SpecConfig -------------------------------------------------------------------------------------
+
+
+def test_auto_is_the_default_and_the_fixed_settings_stay():
+    assert SpecConfig().policy == "auto"
+    assert SpecConfig(n_draft=2).policy == "fixed"
+    assert SpecConfig(p_min=0.5).policy == "fixed"
+    assert SpecConfig(n_draft=4, adaptive=True).policy == "adaptive"
+    assert SpecConfig(policy="auto", n_draft=6).policy == "auto"
+    assert SpecConfig(**SpecConfig().model_dump()).policy == "auto"
+    assert isinstance(make_policy(SpecConfig(), 3, costs=CostModel.table(CHEAP, 0.1)), AutoPolicy)
+    assert isinstance(make_policy(SpecConfig(n_draft=2), 3), DraftPolicy)
+    adaptive = make_policy(SpecConfig(policy="adaptive"), 3)
+    assert isinstance(adaptive, DraftPolicy) and adaptive.config.adaptive
+    with pytest.raises(ValueError, match="policy"):
+        SpecConfig(policy="sometimes")
+
+
+# ---- the choice, on synthetic acceptance ------------------------------------------------------------
+
+
+def test_losing_settles_on_plain_steps_and_probes_rarely():
+    p = auto()
+    ks = run(p, lambda step: 0.0, 400)
+    first_plain = ks.index(0)
+    assert first_plain <= 12                        # settles within a few steps (a cheap verify: ~10)
+    probes = [i for i, k in enumerate(ks) if k and i > first_plain]
+    assert all(k == 1 for k in ks[first_plain:] if k)   # only one-token probes from then on
+    # backing off: at most one probe per PROBE_FIRST..PROBE_MAX plain steps, the gaps growing
+    assert len(probes) <= 8
+    gaps = [b - a for a, b in itertools.pairwise(probes)]
+    assert gaps == sorted(gaps) and gaps[-1] >= PROBE_MAX
+
+
+def test_winning_settles_on_the_longest_draft():
+    p = auto(n_draft=6)
+    ks = run(p, lambda step: 1.0, 60)
+    assert ks[-40:] == [6] * 40
+
+
+def test_expensive_verify_means_plain_even_at_full_acceptance():
+    p = auto(costs=CostModel.table(DEAR, 0.02))
+    ks = run(p, lambda step: 1.0, 200)
+    assert sum(1 for k in ks[10:] if k) <= 12         # probes only
+    assert all(k <= 1 for k in ks[10:])
+
+
+def test_length_follows_acceptance_and_costs():
+    # acceptance 0.7 per position: with a cheap verify a long draft pays, with a dearer one less
+    cheap = run(auto(n_draft=8), lambda step: 0.7, 300)
+    dear = run(auto(n_draft=8, costs=CostModel.table(MID, 0.05)), lambda step: 0.7, 300)
+    assert sorted(cheap[100:])[100] >= 3                # median
+    assert 1 <= sorted(dear[100:])[100] < sorted(cheap[100:])[100]
+
+
+def test_follows_a_change_mid_text():
+    """Acceptance drops from 1 to 0 at step 150 and comes back at step 400: the policy goes to
+    plain steps within a few steps, and back to long drafts within a bounded number of steps."""
+    p = auto(n_draft=4, costs=CostModel.table(MID, 0.02))
+    ks = run(p, lambda step: 1.0 if step < 150 or step >= 400 else 0.0, 600)
+    assert ks[100:150] == [4] * 50
+    assert ks[170:400].count(0) >= 200 and all(k <= 1 for k in ks[170:400])
+    back = next(i for i in range(400, 600) if ks[i] == 4 and ks[i + 1] == 4)
+    assert back - 400 <= 100
+    assert ks[-50:] == [4] * 50
+
+
+def test_a_batch_pays_the_rows_it_adds():
+    """The shared verify: a sequence's step is judged with the other rows of the batch (and the
+    tokens they yield), so with a verify whose rows grow dearer it drafts shorter beside 8 rows
+    than alone, and with one whose rows grow cheaper at least as long."""
+    def trained(table):
+        p = auto(n_draft=4, costs=CostModel.table(table, 0.0))
+        for _ in range(30):
+            p.update(1, 1, 0.0, 1.0)                  # position 0 always accepted, later ones unseen
+        return p
+    convex = {1: 1.0, 2: 1.2, 3: 1.5, 4: 1.9, 5: 2.4, 9: 5.0, 14: 10.0}
+    p = trained(convex)
+    assert p.next_length(10, rows_before=8, tokens_before=8.0) < p.next_length(10)
+    q = trained(CHEAP)
+    assert q.next_length(10, rows_before=8, tokens_before=8.0) >= q.next_length(10) == 4
+    gain, cost = q.expected(10, rows_before=8, tokens_before=8.0)
+    c = q.costs
+    assert cost[2] == pytest.approx(c.verify(11, 10) + 2 * c.c_draft) and gain[0] == 9.0
+
+
+def test_trace_predicted_and_measured():
+    p = auto()
+    p.next_length(0)
+    p.update(4, 2, 0.001, 0.002)
+    (choice,) = p.trace
+    assert choice.k == 4 and not choice.probe and choice.predicted_tps > 0 and choice.measured_tps > 0
+
+
+# ---- costs ------------------------------------------------------------------------------------------
+
+
+def test_cost_model_interpolates_learns_and_counts_positions():
+    cm = CostModel({1: 1.0, 3: 2.0}, c_draft=0.1, attn=0.001)
+    assert cm.verify(2) == pytest.approx(1.5)
+    assert cm.verify(5) == pytest.approx(3.0)            # the last slope, extrapolated
+    assert cm.verify(2, pos=1000) == pytest.approx(1.5 + 2.0)
+    for _ in range(50):
+        cm.observe_verify(2, 0, 3.0)                      # measured twice the calibration
+        cm.observe_draft(2, 0.4)
+    assert cm.verify(2) == pytest.approx(3.0, rel=0.1)
+    assert 1.0 < cm.verify(1) < 2.0 * 1.05                # other row counts follow the overall ratio, shrunk
+    assert cm.c_draft == pytest.approx(0.2, rel=0.05)
+    frozen = CostModel.table({1: 1.0}, 0.1)
+    frozen.observe_verify(1, 0, 10.0)
+    assert frozen.verify(1) == 1.0
+    with pytest.raises(ValueError, match="1 row"):
+        CostModel({2: 1.0}, 0.1)
+
+
+@pytest.fixture(scope="module")
+def echo(tmp_path_factory):
+    """agree -> (loaded session, maps) for heads that always / never agree (SMALL_SHAPE, F16)."""
+    d = tmp_path_factory.mktemp("echo_policy")
+    out = {}
+    for a in (1.0, 0.0):
+        path = make_echo(d / f"echo-{a}.gguf", a)
+        out[a] = (pymtp.load(path, n_ctx=1024), EchoMaps.read(path))
+    yield out
+    for s, _ in out.values():
+        use_costs(s.model, None)
+        s.close()
+
+
+def test_calibration_is_quick_and_cached(echo):
+    import time
+
+    sess, _ = echo[1.0]
+    t = time.perf_counter()
+    cm = calibrate(sess.model, 5)
+    assert time.perf_counter() - t < 2.0                   # budget 0.4 s, a loaded CI machine allowed
+    rows = cm.describe()["rows"]
+    assert rows.keys() >= {1, 2, 5} and all(v > 0 for v in rows.values())
+    assert cm.attn >= 0 and cm.c_draft > 0
+    use_costs(sess.model, None)
+    first = costs_for(sess.model, 5)
+    assert costs_for(sess.model, 5) is first               # once per model and thread count
+    use_costs(sess.model, None)
+
+
+# ---- in a speculator, end to end ---------------------------------------------------------------------
+
+
+def generate(sess, table, n_draft=4, max_tokens=120, prompt="def f(x):"):
+    use_costs(sess.model, CostModel.table(table, 0.02))
+    try:
+        return pymtp.generate(prompt, sess, max_tokens=max_tokens, ignore_eos=True,
+                              speculative=SpecConfig(policy="auto", n_draft=n_draft))
+    finally:
+        use_costs(sess.model, None)
+
+
+def test_a_head_that_never_agrees_gives_plain_steps_and_plain_text(echo):
+    sess, maps = echo[0.0]
+    r = generate(sess, CHEAP, max_tokens=150)
+    assert r.tokens == maps.greedy(r.prompt_tokens[-1], 150)       # lossless
+    ks = r.stats.k_chosen
+    first = ks.index(0)
+    assert first <= 12 and sum(1 for k in ks[first:] if k) <= 5 and max(ks[first:]) <= 1
+    assert r.stats.n_accepted == 0 and len(r.stats.tps_predicted) == r.stats.n_steps
+
+
+def test_a_head_that_always_agrees_drafts_long(echo):
+    sess, maps = echo[1.0]
+    r = generate(sess, CHEAP, n_draft=6, max_tokens=150)
+    assert r.tokens == maps.greedy(r.prompt_tokens[-1], 150)
+    assert r.stats.k_chosen[3:-3] == [6] * (len(r.stats.k_chosen) - 6)
+    assert r.stats.n_steps < 150 / 5
+
+
+def test_an_expensive_verify_gives_plain_steps_at_full_acceptance(echo):
+    sess, maps = echo[1.0]
+    r = generate(sess, DEAR, max_tokens=150)
+    assert r.tokens == maps.greedy(r.prompt_tokens[-1], 150)
+    ks = r.stats.k_chosen
+    assert ks[10:].count(0) >= len(ks[10:]) - 12
+
+
+class SwitchingDrafter(Drafter):
+    """Proposes the echo text's true continuation (always accepted) or a wrong one (never), switching
+    at given lengths of the text: acceptance that changes mid-text."""
+
+    def __init__(self, maps: EchoMaps, right_until: int, right_from: int, n_vocab: int) -> None:
+        self.maps, self.right_until, self.right_from, self.n_vocab = maps, right_until, right_from, n_vocab
+
+    def propose(self, last_token, n_past, k, sampler, history, p_min=0.0):
+        toks = self.maps.greedy(last_token, k)
+        if self.right_until <= len(history) < self.right_from:
+            toks = [(t + 1) % self.n_vocab if i == 0 else t for i, t in enumerate(toks)]
+        return Draft(tokens=toks, confidence=[1.0] * k)
+
+
+def test_follows_acceptance_that_changes_mid_text(echo):
+    sess, maps = echo[1.0]
+    use_costs(sess.model, CostModel.table(MID, 0.02))
+    try:
+        prompt = sess.tokenize("def f(x):")
+        n0 = len(prompt)
+        drafter = SwitchingDrafter(maps, n0 + 150, n0 + 350, sess.model.n_vocab)
+        sp = MTPSpeculator(sess.target, drafter, SamplingConfig(), SpecConfig(policy="auto", n_draft=4))
+        sp.start(prompt)
+        lengths = []                    # (text length before the step, k chosen)
+        while len(sp.tokens) < n0 + 600:
+            before = len(sp.tokens)
+            sp.step()
+            lengths.append((before, sp.stats.k_chosen[-1]))
+    finally:
+        use_costs(sess.model, None)
+    assert sp.tokens[n0:] == maps.greedy(prompt[-1], len(sp.tokens) - n0)
+    good1 = [k for n, k in lengths if n0 + 40 <= n < n0 + 150]
+    bad = [k for n, k in lengths if n0 + 170 <= n < n0 + 350]
+    good2 = [k for n, k in lengths if n >= n0 + 450]
+    assert good1 and all(k == 4 for k in good1)
+    assert bad.count(0) >= len(bad) - 10 and max(bad) <= 1       # plain steps, a few probes
+    assert good2 and all(k == 4 for k in good2)                  # back to long drafts within 100 tokens
+
+
+def test_in_a_batch(echo):
+    """The same in a Batch: the never-agreeing head settles on plain steps, the always-agreeing one
+    on long drafts, both lossless; each sequence's choice is in its stats."""
+    for agree, table, want in ((0.0, MID, 0), (1.0, CHEAP, 4), (1.0, DEAR, 0)):
+        sess, maps = echo[agree]
+        use_costs(sess.model, CostModel.table(table, 0.02))
+        try:
+            with Batch(sess, n_seq=3, n_ctx=512, spec=SpecConfig(policy="auto", n_draft=4)) as b:
+                items = [b.add(sess.tokenize(p), limits=GenerationConfig(max_tokens=120, ignore_eos=True))
+                         for p in ("def f(x):", "the quick brown fox", "import os\n")]
+                b.run()
+        finally:
+            use_costs(sess.model, None)
+        for it in items:
+            r = it.result
+            assert r.tokens == maps.greedy(it.prompt[-1], 120)
+            ks = r.stats.k_chosen
+            tail = ks[10:-2]
+            if want:
+                assert tail.count(want) >= len(tail) - 1, (agree, ks)
+            else:     # plain steps and probes (accepted probes come every PROBE_MIN steps at most)
+                assert tail.count(0) >= 0.75 * len(tail) and max(tail) <= 1, (agree, table, ks)
+
+
+def test_confidence_cut_follows_the_cost_of_a_row():
+    """The cut: a token is worth its verify row when its head probability reaches the tokens the
+    step's rate earns in that row's seconds: higher where rows cost more, none on probes, and a
+    p_min the user gives stays."""
+    def cut(table, **kw):
+        p = AutoPolicy(SpecConfig(policy="auto", n_draft=4, **kw), 4, costs=CostModel.table(table, 0.02))
+        run(p, lambda step: 0.8, 50)
+        k = p.next_length(100)
+        return k, p.p_min
+    k_mid, cut_mid = cut(MID)
+    k_cheap, cut_cheap = cut(CHEAP)
+    assert k_mid > 0 and k_cheap > 0 and 0 < cut_cheap < cut_mid < 0.9
+    assert cut(MID, p_min=0.3)[1] == 0.3
+    p = auto(costs=CostModel.table(DEAR, 0.02))        # plain steps and probes: no cut
+    run(p, lambda step: 1.0, 100)
+    assert p.trace[-1].k <= 1 and p.p_min == 0.0
+
+
+def test_stats_show_and_plot_the_choice():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pymtp.display import plot_policy, stats_html
+    from pymtp.policy import Choice
+    from pymtp.stats import SpecStats
+
+    s = SpecStats()
+    for k, pred, meas in ((3, 100.0, 90.0), (0, 50.0, 55.0), (1, 60.0, 40.0)):
+        s.record_choice(Choice(k, k == 1, pred, measured_tps=meas))
+    assert (s.k_chosen, s.tps_predicted, s.tps_measured) == ([3, 0, 1], [100.0, 50.0, 60.0], [90.0, 55.0, 40.0])
+    assert "auto policy" in stats_html(s) and "70.0 / 61.7" in stats_html(s)
+    fig = plot_policy(s)
+    ax, rate = fig.axes
+    assert list(ax.get_lines()[0].get_ydata()) == [3, 0, 1]
+    assert [list(x.get_ydata()) for x in rate.get_lines()] == [[100.0, 50.0, 60.0], [90.0, 55.0, 40.0]]
+    plt.close(fig)
+    fig = plot_policy(SpecStats())
+    assert "no auto-policy steps" in fig.axes[0].texts[0].get_text()
+    plt.close(fig)

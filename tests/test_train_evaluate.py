@@ -1,0 +1,56 @@
+"""pymtp.train.evaluate_head's teacher-forced counts, on the tiny bundled model (fast)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pymtp
+from pymtp import default_model
+from pymtp.train import data, evaluate_head
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    m = pymtp.Model(default_model.TINY)
+    yield m
+    m.close()
+
+
+def _toks(model):
+    _, held = data.split_files()
+    return model.tokenize(data.read_text(held[0]), add_special=False)[:200]
+
+
+def test_counts_follow_the_draft_vocabulary(tiny):
+    toks = _toks(tiny)
+    every = np.arange(tiny.n_vocab)
+    tf = evaluate_head.TeacherForced(tiny, every, every[::2])
+    tf.add("code", toks, 1)
+    # the head's argmax and the trunk's, recomputed here from one decode of each context
+    with pymtp.TargetContext(tiny, n_ctx=512) as t:
+        t.decode(toks, 0)
+        trunk = t.logits().argmax(1)
+        h = t.hidden().copy()
+        with pymtp.DraftContext(t) as d:
+            d.decode(toks[1:], 0, h[0], h[1:-1])
+            lg = d.logits().copy()
+    head = lg.argmax(1)
+    even = 2 * lg[:, ::2].argmax(1)
+    p = np.arange(0, len(toks) - 1)
+    tf.close()
+    fig = tf.figures()["code"]
+    assert fig["positions"] == len(p)
+    assert fig["accept"] == fig["accept_full_vocab"] == round((head[p] == trunk[p + 1]).mean(), 4)
+    assert fig["accept_corpus_vocab"] == round((even[p] == trunk[p + 1]).mean(), 4)
+    assert 0.05 < fig["accept"]              # the tiny model's head drafts for real
+
+
+def test_the_prompt_is_not_counted_and_the_old_interface_stays(tiny):
+    toks = _toks(tiny)
+    tf = evaluate_head.TeacherForced(tiny, np.arange(tiny.n_vocab))
+    tf.add("chat", toks, 50)
+    tf.close()
+    assert tf.figures()["chat"]["positions"] == len(toks) - 1 - 48     # predictions of x(50) onwards
+    agree, n = evaluate_head.teacher_forced(tiny, [(toks, 1)])
+    assert n == len(toks) - 1 and 0 < agree < n

@@ -1,0 +1,71 @@
+"""pymtp.train.selfdistill's training stage on synthetic teacher shards (no llama.cpp needed):
+a run stopped and resumed ends with the same head as one run straight through; the head, its
+curve and record are written, and the head file reads back."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pymtp.train import selfdistill, teacher  # noqa: E402
+from pymtp.train.head import HeadConfig, read_head_gguf  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """A work folder as prepare() leaves it: embeddings, draft vocabulary, shards + manifest."""
+    w = tmp_path_factory.mktemp("work")
+    cfg = HeadConfig()
+    rng = np.random.default_rng(0)
+    np.save(w / "embed.npy", (rng.normal(size=(cfg.n_vocab, cfg.n_embd)) * 0.05).astype(np.float16))
+    np.save(w / "vocab.npy", np.arange(0, 2000, dtype=np.int32))
+    out = w / "teacher"
+    out.mkdir()
+    man = {"version": teacher.VERSION, "teacher": "synthetic", "top_k": 8, "shards": [], "docs_done": 0,
+           "tokens": 0, "seconds": 0.0}
+    for s, held in enumerate((False, True)):
+        lens = [40, 25, 60]
+        n = sum(lens)
+        buf = {"tokens": [rng.integers(0, 2000, n).astype(np.int32)],
+               "hidden": [rng.normal(size=(n, cfg.n_embd)).astype(np.float16)],
+               "ids": [rng.integers(0, 3000, (n, 8)).astype(np.uint16)],
+               "logp": [np.log(rng.dirichlet(np.ones(8), n)).astype(np.float16)]}
+        buf["tokens"] = [buf["tokens"][0][a:b] for a, b in zip([0, 40, 65], [40, 65, 125])]
+        buf["hidden"] = [buf["hidden"][0][a:b] for a, b in zip([0, 40, 65], [40, 65, 125])]
+        buf["ids"] = [buf["ids"][0][a:b] for a, b in zip([0, 40, 65], [40, 65, 125])]
+        buf["logp"] = [buf["logp"][0][a:b] for a, b in zip([0, 40, 65], [40, 65, 125])]
+        meta = [{"id": f"{held}:{i}", "domain": "code", "held_out": held, "first": 1} for i in range(3)]
+        teacher._write_shard(out, man, buf, meta, 1.0)
+    return w
+
+
+ARGS = ["--skip-prepare", "--steps", "3", "--batch", "2", "--seq", "16", "--eval-every", "2", "--eval-batches", "1",
+        "--ckpt-every", "1", "--threads", "2"]
+
+
+def _state(path):
+    return {k: v.clone() for k, v in read_head_gguf(path, HeadConfig()).state_dict().items()}
+
+
+def test_a_resumed_run_ends_where_an_uninterrupted_one_does(work, capsys):
+    selfdistill.main(["--work", str(work), "--run", "straight", *ARGS])
+    selfdistill.main(["--work", str(work), "--run", "resumed", *ARGS, "--stop-at", "2"])
+    assert (work / "resumed" / "ckpt.pt").exists() and not (work / "resumed" / selfdistill.HEAD_FILE).exists()
+    selfdistill.main(["--work", str(work), "--run", "resumed", *ARGS])
+    assert "resumed at step 2" in capsys.readouterr().out
+    a, b = _state(work / "straight" / selfdistill.HEAD_FILE), _state(work / "resumed" / selfdistill.HEAD_FILE)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    shipped = _state(selfdistill.SHIPPED)
+    assert any(not torch.equal(a[k], shipped[k]) for k in a if k != "ffn.exp_probs_b")     # it trained
+
+    head = work / "straight" / selfdistill.HEAD_FILE
+    rec = json.loads(head.with_suffix(".train.json").read_text())
+    assert rec["train"]["steps"] == 3 and rec["train"]["tokens_seen"] == 3 * 2 * 16
+    assert rec["manifest"]["tokens"] == 250
+    curve = head.with_suffix(".loss.csv").read_text().splitlines()
+    assert curve[0].startswith("step,seconds") and "held_chain3" in curve[0]
+    assert head.stat().st_size < 25 * 1024 * 1024

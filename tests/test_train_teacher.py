@@ -1,0 +1,103 @@
+"""pymtp.train.teacher: extraction of the trunk's rows and top-k into resumable shards, on the
+tiny bundled model (fast), and the corpus' held-out splits (pymtp.train.teacher_text)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import pymtp
+from pymtp import default_model
+from pymtp.train import teacher, teacher_text
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    m = pymtp.Model(default_model.TINY)
+    yield m
+    m.close()
+
+
+def _docs(model):
+    from pymtp.train import data
+
+    train, held = data.split_files()
+    docs = []
+    for i, rel in enumerate(train[:5] + held[:2]):
+        toks = model.tokenize(data.read_text(rel), add_special=False)[:20 + 9 * i]
+        docs.append({"id": f"code:{rel}", "domain": "code", "held_out": rel in held, "tokens": toks, "first": 1})
+    return docs
+
+
+def test_top_k_logprobs_are_the_largest_in_order():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(5, 300)).astype(np.float32) * 3
+    ids, logp = teacher.top_k_logprobs(logits, 8)
+    full = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    want = np.argsort(-logits, axis=1)[:, :8]
+    assert (ids == want).all()
+    assert np.abs(logp.astype(np.float32) - np.take_along_axis(full, want, 1)).max() < 2e-3
+
+
+def test_extraction_matches_one_decode_per_document_and_resumes(tiny, tmp_path):
+    docs = _docs(tiny)
+    out = tmp_path / "teacher"
+    man = teacher.extract(tiny.path, docs[:3], out, top_k=16, shard_tokens=40, n_batch=128, n_seq=4)
+    assert man["docs_done"] == 3 and len(man["shards"]) == 1
+    man = teacher.extract(tiny.path, docs, out, top_k=16, shard_tokens=40, n_batch=128, n_seq=4)
+    assert man["docs_done"] == len(docs) and len(man["shards"]) >= 3     # the 4 new ones, in new shards
+    assert man["tokens"] == sum(len(d["tokens"]) for d in docs)
+    assert json.loads((out / teacher.MANIFEST).read_text()) == man
+    again = teacher.extract(tiny.path, docs, out, top_k=16, n_batch=256)
+    assert again == man                                    # nothing left to do
+    tr, he = teacher.load(out, False), teacher.load(out, True)
+    assert len(tr.offsets) - 1 == 5 and len(he.offsets) - 1 == 2
+    # the packed multi-sequence decodes give what one decode of each document gives
+    with pymtp.TargetContext(tiny, n_ctx=512) as ctx:
+        for i, d in enumerate([d for d in docs if not d["held_out"]]):
+            ctx.seq_rm(0)
+            ctx.decode(d["tokens"], 0)
+            s, e = tr.offsets[i], tr.offsets[i + 1]
+            assert (tr.tokens[s:e] == d["tokens"]).all()
+            h = ctx.hidden()
+            assert np.abs(tr.hidden[s:e].astype(np.float32) - h).max() <= 2e-3 * max(1.0, np.abs(h).max())
+            ids, logp = teacher.top_k_logprobs(ctx.logits(), 16)
+            assert (tr.topk_ids[s:e, 0] == ids[:, 0]).mean() >= 0.98
+            assert np.abs(tr.topk_logp[s:e, 0].astype(np.float32) - logp[:, 0].astype(np.float32)).max() < 0.05
+
+
+def test_another_teacher_is_refused(tiny, tmp_path):
+    docs = _docs(tiny)[:1]
+    teacher.extract(tiny.path, docs, tmp_path, top_k=16, n_batch=256)
+    with pytest.raises(ValueError, match="another teacher or top_k"):
+        teacher.extract(tiny.path, docs, tmp_path, top_k=8, n_batch=256)
+
+
+def test_a_document_longer_than_a_decode_is_refused(tiny, tmp_path):
+    d = {"id": "x", "domain": "code", "held_out": False, "tokens": [1] * 300, "first": 1}
+    with pytest.raises(ValueError, match="a decode holds 256"):
+        teacher.extract(tiny.path, [d], tmp_path, top_k=4, n_batch=256)
+
+
+def test_human_documents_keep_sources_apart(tiny):
+    docs = teacher_text.human_documents(tiny, code_tokens=4000, docs_tokens=4000, seed=0)
+    assert {d["domain"] for d in docs} == {"code", "docs"}
+    for dom in ("code", "docs"):
+        src = lambda held: {d["id"].rsplit(":", 1)[0] for d in docs if d["domain"] == dom and d["held_out"] == held}
+        assert src(True) and src(False) and not src(True) & src(False)
+    held_only = teacher_text.human_documents(tiny, code_tokens=4000, docs_tokens=4000, seed=0, splits=(True,))
+    assert held_only == [d for d in docs if d["held_out"]]
+    assert all(len(d["tokens"]) <= teacher_text.WINDOW for d in docs)
+
+
+def test_trunk_text_resumes_and_cuts_a_partial_line(tmp_path):
+    out = tmp_path / "t.jsonl"
+    out.write_text(json.dumps({"id": "a", "domain": "chat", "held_out": False, "prompt": [1, 2],
+                               "completion": list(range(3, 20))}) + "\n" + '{"id": "b", "dom')
+    assert [d["id"] for d in teacher_text.read_jsonl(out)] == ["a"]
+    teacher_text._drop_partial_line(out)
+    assert out.read_text().endswith("\n") and len(out.read_text().splitlines()) == 1
+    docs = teacher_text.trunk_documents(out)
+    assert docs[0]["first"] == 2 and docs[0]["tokens"] == list(range(1, 20))
