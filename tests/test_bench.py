@@ -165,7 +165,7 @@ def test_smoke_run_writes_json_with_positive_numbers(tmp_path, capsys):
             assert all(0.0 <= x <= 1.0 for x in r["acceptance_by_position"])
     (prof,) = d["python_overhead"]
     assert prof["step_wall_s"] > 0 and prof["native_s"] > 0 and 0 <= prof["python_fraction"] < 1
-    assert prof["native_by_call"]["pymtp_decode"]["calls"] > 0
+    assert prof["native_by_call"]["pymtp_decode_rows"]["calls"] > 0
 
 
 def test_bad_arguments_exit_nonzero(tmp_path, capsys):

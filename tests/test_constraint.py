@@ -95,24 +95,17 @@ TOP_K6 = SamplingConfig(temperature=1.0, top_k=6)
 
 
 def _target_unmasked(self, target_rows, draft, draft_probs, history):
-    """Wrong: the head's q is masked, the target's p is not."""
+    """Wrong: the head's q is masked, the target's p is not (the engine's ConstraintState then
+    settles on what this rule chose)."""
     free = Sampler(self.config, n_vocab=self.n_vocab)
-    c = self.constraint
-    c.rollback(self._n_tentative)
-    self._n_tentative = 0
     for i, d in enumerate(draft):
         p = free.probs(target_rows[i], history + list(draft[:i]))
-        q = q_of(self, draft_probs, i)
+        q = q_of(self, draft_probs, i, draft)
         if self.rng.random() * q[d] < p[d]:
-            c.accept(d)
             continue
         residual = np.maximum(p - q, 0.0)
-        new = draw(self.rng, residual / residual.sum() if residual.sum() > 0 else p)
-        c.accept(new)
-        return i, new
-    new = draw(self.rng, free.probs(target_rows[len(draft)], history + list(draft)))
-    c.accept(new)
-    return len(draft), new
+        return i, draw(self.rng, residual / residual.sum() if residual.sum() > 0 else p)
+    return len(draft), draw(self.rng, free.probs(target_rows[len(draft)], history + list(draft)))
 
 
 @pytest.fixture(scope="module")

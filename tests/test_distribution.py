@@ -34,7 +34,7 @@ import pytest
 import pymtp
 from pymtp import SamplingConfig, SpecConfig
 from pymtp.model import last_row_only
-from pymtp.sampling import Sampler
+from pymtp.sampling import Q_IN_SLOTS, Q_POINT_MASS, Sampler, Verdict
 
 #: Reject "same distribution" below this p-value. The file makes 37 tests that a correct
 #: implementation must pass (depth + 1 per case: 29 over the 7 cases, and 8 for the reference),
@@ -150,12 +150,14 @@ def exact_continuations(model, prompt: list[int], sampling: SamplingConfig, dept
         def walk(seq: list[int], prob: float) -> None:
             t.seq_rm(0)
             t.decode(seq, 0, output=last_row_only(len(seq)))
+            mask = None
             if constraint is not None:
                 c = constraint()
                 for tok in seq[len(prompt):]:
                     assert c.accept(tok)
-                sampler.constrain(c)
-            p = sampler.probs(t.logits()[-1].copy(), seq)
+                mask = np.zeros((model.n_vocab + 31) // 32, dtype=np.uint32)
+                c.fill_mask(mask)
+            p = sampler.probs(t.logits()[-1].copy(), seq, mask=mask)
             for tok in np.flatnonzero(p):
                 key = tuple(seq[len(prompt):]) + (int(tok),)
                 if len(key) == depth:
@@ -205,7 +207,7 @@ def sample_continuations(session, prompt: list[int], sampling: SamplingConfig, s
             if coverage is not None and spec_.stats.n_reused > 0:
                 coverage.reused_starts += 1
             if verify is not None:
-                spec_.sampler.verify = verify.__get__(spec_.sampler)
+                spec_.sampler.verify = as_verify(verify, spec_.sampler)
             while len(spec_.tokens) < end:
                 r = spec_.step(max_new=end - len(spec_.tokens))
                 if coverage is not None:
@@ -223,9 +225,22 @@ def draw(rng, p) -> int:
     return int(min(np.searchsorted(cum, rng.random() * cum[-1], side="right"), len(p) - 1))
 
 
-def q_of(sampler, draft_probs, i: int) -> np.ndarray:
-    """Draft position i's q: from the list, or from the native sampler's slot that holds it."""
-    return sampler.slot_probs(i) if draft_probs is None else np.asarray(draft_probs[i], dtype=np.float64)
+def q_of(sampler, q, i: int, draft) -> np.ndarray:
+    """Draft position i's q (Draft.q): from the list, a point mass on the token, or from the
+    native sampler's slot that holds it."""
+    if q == Q_POINT_MASS:
+        out = np.zeros(sampler.n_vocab)
+        out[draft[i]] = 1.0
+        return out
+    return sampler.slot_probs(i) if q is None or q == Q_IN_SLOTS else np.asarray(q[i], dtype=np.float64)
+
+
+def as_verify(rule, sampler):
+    """A rule written as rule(sampler, target_rows, draft, q, history) -> (n_accepted, token), in
+    Sampler.verify's place (the masks and the options it is also given go unused)."""
+    def verify(target_rows, draft, q, history, **_options):
+        return Verdict(*rule(sampler, target_rows, draft, q, history))
+    return verify
 
 
 # The wrong rules run on the same native transform (Sampler.probs) and read the drafters' q
@@ -236,7 +251,7 @@ def _residual_ignored(self, target_rows, draft, draft_probs, history):
     normalize(max(0, p - q)) -- the rejected token can come back, too often."""
     for i, d in enumerate(draft):
         p = self.probs(target_rows[i], history + list(draft[:i]))
-        if self.rng.random() * q_of(self, draft_probs, i)[d] < p[d]:
+        if self.rng.random() * q_of(self, draft_probs, i, draft)[d] < p[d]:
             continue
         return i, draw(self.rng, p)
     return len(draft), draw(self.rng, self.probs(target_rows[len(draft)], history + list(draft)))
@@ -246,7 +261,7 @@ def _ratio_inverted(self, target_rows, draft, draft_probs, history):
     """Wrong: accept with probability min(1, q/p) (p and q swapped), then the right residual."""
     for i, d in enumerate(draft):
         p = self.probs(target_rows[i], history + list(draft[:i]))
-        q = q_of(self, draft_probs, i)
+        q = q_of(self, draft_probs, i, draft)
         if p[d] > 0 and self.rng.random() * p[d] < q[d]:
             continue
         residual = np.maximum(p - q, 0.0)
@@ -259,7 +274,7 @@ def _penalty_ignored(self, target_rows, draft, draft_probs, history):
     head's q still has it), so repeated tokens are accepted as often as fresh ones."""
     for i, d in enumerate(draft):
         p = self.probs(target_rows[i], [])
-        q = q_of(self, draft_probs, i)
+        q = q_of(self, draft_probs, i, draft)
         if self.rng.random() * q[d] < p[d]:
             continue
         residual = np.maximum(p - q, 0.0)

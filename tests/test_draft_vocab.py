@@ -105,7 +105,7 @@ def _residual_within(kept: np.ndarray):
     def verify(self, target_rows, draft, draft_probs, history):
         for i, d in enumerate(draft):
             p = self.probs(target_rows[i], history + list(draft[:i]))
-            q = q_of(self, draft_probs, i)
+            q = q_of(self, draft_probs, i, draft)
             if self.rng.random() * q[d] < p[d]:
                 continue
             residual = np.zeros_like(p)

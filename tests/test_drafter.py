@@ -17,7 +17,7 @@ import pytest
 
 from pymtp import SamplingConfig, SpecConfig
 from pymtp.drafter import Draft, DraftPolicy, MTPDrafter
-from pymtp.sampling import Sampler
+from pymtp.sampling import Q_IN_SLOTS, Sampler
 
 N_EMBD = 4
 N_VOCAB = 32
@@ -53,6 +53,17 @@ class FakeDraft:
         self.calls: list[tuple] = []
         self.confidence = confidence or {}                      # head -> top probability of its rows
         self._logits = self._hidden = None
+
+    seq_id = 0               # a context used whole is the handle of its sequence 0
+
+    @property
+    def ctx(self) -> FakeDraft:
+        return self
+
+    def decode_rows(self, tokens, pos, seq_ids, *, output=None, hidden=None) -> None:
+        """The engine's decode: here rows of sequence 0, at consecutive positions."""
+        assert set(seq_ids) == {0} and list(pos) == list(range(pos[0], pos[0] + len(pos)))
+        self.decode(tokens, pos[0], hidden[0], hidden[1:] if len(tokens) > 1 else None, output=output)
 
     def set_head(self, head: int) -> None:
         self.calls.append(("set_head", head))
@@ -198,7 +209,7 @@ def test_one_head_feeds_the_queue_then_recurses_from_the_last_token_alone():
     t2 = head_next(0, t1)
     assert draft.tokens == [t1, t2, head_next(0, t2)]
     # each token's q stays in the sampler's slot for its position, where verify reads it
-    assert draft.q_in_sampler and draft.probs is None
+    assert draft.q == Q_IN_SLOTS
     for i, t in enumerate(draft.tokens):
         q = s.slot_probs(i)
         assert abs(q.sum() - 1) < 1e-6 and q.argmax() == t
@@ -227,7 +238,7 @@ def test_drafting_stops_below_p_min():
     confident = MTPDrafter(FakeDraft(confidence={0: 0.6}))
     confident.observe([10, 11, 12], 0, H(0, 3))
     draft = confident.propose(13, 3, 3, sampler(), [10, 11, 12, 13], p_min=0.5)
-    assert len(draft.tokens) == len(draft.confidence) == 3 and draft.q_in_sampler
+    assert len(draft.tokens) == len(draft.confidence) == 3 and draft.q == Q_IN_SLOTS
     assert all(abs(c - 0.6) < 1e-3 for c in draft.confidence)
 
 

@@ -12,7 +12,7 @@ from test_lookup import _accept_the_argmax
 
 import pymtp
 from pymtp import SpecConfig
-from pymtp.drafter import Draft
+from pymtp.drafter import Draft, Drafter
 from pymtp.hybrid import HybridDrafter
 
 REPEATING = "def f(x):\n    return x + 1\n\ndef f(x):\n    return x + 1\n\ndef f("
@@ -33,7 +33,7 @@ def test_hybrid_greedy_is_lossless(models, same_greedy, family, n_draft):
     assert set(st.by_source) <= {"mtp", "lookup"} and "mtp" in st.by_source
 
 
-class _Stub:
+class _Stub(Drafter):
     """A drafter that proposes `tokens` and records being asked."""
 
     def __init__(self, tokens, max_draft=16):

@@ -52,7 +52,7 @@ def _accept_the_argmax(self, target_rows, draft, draft_probs, history):
     """Wrong: a draft token equal to the target's most likely token is always accepted."""
     for i, d in enumerate(draft):
         p = self.probs(target_rows[i], history + list(draft[:i]))
-        q = q_of(self, draft_probs, i)
+        q = q_of(self, draft_probs, i, draft)
         if d == int(np.argmax(p)) or self.rng.random() < p[d] / q[d]:
             continue
         residual = np.maximum(p - q, 0.0)

@@ -299,9 +299,9 @@ def test_native_layer_refuses_freed_handles(glm):
     h = t._h
     t.close()
     assert lib.pymtp_ctx_free(h) == lib.PYMTP_ERR_HANDLE
-    tok = ffi.new("int32_t[]", [1])
-    assert lib.pymtp_decode(h, tok, 1, 0, 0, ffi.NULL, ffi.NULL, ffi.NULL) == lib.PYMTP_ERR_HANDLE
-    assert lib.pymtp_decode(ffi.NULL, tok, 1, 0, 0, ffi.NULL, ffi.NULL, ffi.NULL) == lib.PYMTP_ERR_HANDLE
+    tok, pos, seq = ffi.new("int32_t[]", [1]), ffi.new("int32_t[]", [0]), ffi.new("int32_t[]", [0])
+    assert lib.pymtp_decode_rows(h, tok, pos, seq, 1, ffi.NULL, ffi.NULL) == lib.PYMTP_ERR_HANDLE
+    assert lib.pymtp_decode_rows(ffi.NULL, tok, pos, seq, 1, ffi.NULL, ffi.NULL) == lib.PYMTP_ERR_HANDLE
     assert "invalid context handle" in ffi.string(lib.pymtp_last_error()).decode()
 
 

@@ -399,11 +399,11 @@ def _raise_on_call(monkeypatch, owner, name: str, n: int, exc=KeyboardInterrupt)
 
 
 _STEP_PARTS = {
-    "draft-decode": ("pymtp.model.DraftContext", "decode"),
-    "target-decode": ("pymtp.model.TargetContext", "decode"),
+    "draft-decode": ("pymtp.model.DraftContext", "decode_rows"),
+    "target-decode": ("pymtp.model.TargetContext", "decode_rows"),
     "seq_rm": ("pymtp.model._Context", "seq_rm"),
     "hidden": ("pymtp.model._Context", "hidden"),
-    "propose": ("pymtp.drafter.MTPDrafter", "propose"),
+    "plan": ("pymtp.drafter.MTPDrafter", "plan"),
     "verify": ("pymtp.sampling.Sampler", "verify"),
     "step": ("pymtp.speculator.MTPSpeculator", "step"),
 }

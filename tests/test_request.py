@@ -93,14 +93,16 @@ def test_a_grammar_gives_each_generation_its_own_matcher(models):
     assert r.new_constraint() is not r.new_constraint()
 
 
-def test_a_list_of_prompts_takes_no_constraint_yet(models):
-    """The batch's drafting does not advance a constraint yet (issue #31): a clear refusal."""
+def test_a_list_of_prompts_takes_grammars_and_logits_processors(models):
+    """Each prompt of a list gets its own matcher of a grammar or schema (and the logits processor),
+    and equals its run alone (#31: constraints run in batches); a caller's constraint object,
+    which holds one text's state, is refused for several prompts."""
     m = models("glm4moe")
-    for kw in ({"grammar": 'start: "ab"'}, {"json_schema": {"type": "object"}},
-               {"constraint": resolve({"grammar": 'start: "ab"'}, m).new_constraint()},
-               {"logits_processor": lambda ids, row: row}):
-        with pytest.raises(UnsupportedError, match="one prompt at a time"):
-            pymtp.generate(["x", "y"], m, max_tokens=4, **kw)
+    for kw in ({"grammar": 'start: "ab" | "cd"'}, {"logits_processor": lambda ids, row: row}):
+        got = pymtp.generate(["x", "y"], m, max_tokens=4, **kw)
+        assert [r.tokens for r in got] == [pymtp.generate(p, m, max_tokens=4, **kw).tokens for p in ("x", "y")]
+    with pytest.raises(UnsupportedError, match="a constraint object follows one text"):
+        pymtp.generate(["x", "y"], m, max_tokens=4, constraint=resolve({"grammar": 'start: "ab"'}, m).new_constraint())
 
 
 # ---- the flat form (CLI flags, server fields) ----

@@ -165,7 +165,7 @@ INJECTIONS = {
     # in the hand-off, after the verify (call 1 is the prefill's)
     "hand-off": ("drafter", "observe", {4}, lambda failed: True),
     # while drafting, before the target decodes
-    "draft": ("drafter", "propose", {2}, lambda failed: True),
+    "draft": ("drafter", "plan", {2}, lambda failed: True),
     # twice running: the second failing step is a plain one (the drafter started over)
     "twice": ("sampler", "verify", {3, 4}, lambda failed: len(failed[0][1]) > 0 and len(failed[1][1]) == 0),
 }
@@ -215,7 +215,7 @@ def test_a_failure_at_the_start_of_a_new_generation(session, same_greedy, family
                 break
         assert r.drafted and r.n_accepted == len(r.drafted)
         sp.start(second)
-        fail_on(sp.drafter, "propose", {1})
+        fail_on(sp.drafter, "plan", {1})
         with pytest.raises(Boom):
             sp.step()
         assert sp.tokens == second and sp.target.pos_max() == len(second) - 2

@@ -32,7 +32,6 @@ struct draft_capture {
 struct draft_vocab {
     int32_t n_vocab = 0, n_embd = 0, n = 0;
     std::vector<int32_t> ids;
-    std::vector<float> logits;          // n_vocab wide, -inf outside ids
     std::vector<uint8_t> work;
     ggml_context * ctx = nullptr;
     ggml_tensor * w = nullptr;          // [n_embd, n] F16: the chosen rows of the head matrix
@@ -127,7 +126,6 @@ draft_vocab * draft_vocab_new(const ggml_tensor * head, const int32_t * ids, int
         v->n_embd = (int32_t) head->ne[0];
         v->n = n;
         v->ids.assign(ids, ids + n);
-        v->logits.assign(n_vocab, SHIM_NEG_INF);
         const size_t mem = ggml_tensor_overhead() * 4 + ggml_graph_overhead() +
                            (size_t) v->n_embd * n * sizeof(ggml_fp16_t) + (size_t) v->n_embd * 4 + (size_t) n * 4 + 4096;
         ggml_init_params ip = {mem, nullptr, false};
@@ -175,8 +173,4 @@ bool draft_vocab_logits_into(draft_vocab * v, const float * hidden, float * out)
     const float * o = static_cast<const float *>(v->out->data);
     for (int32_t i = 0; i < v->n; ++i) out[v->ids[i]] = o[i];
     return true;
-}
-
-const float * draft_vocab_logits(draft_vocab * v, const float * hidden) {
-    return draft_vocab_logits_into(v, hidden, v->logits.data()) ? v->logits.data() : nullptr;
 }

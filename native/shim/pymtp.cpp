@@ -55,7 +55,7 @@ struct pymtp_ctx {
     int32_t n_vocab = 0, n_embd = 0;
     int32_t last_tokens = 0, last_outputs = 0;
     int32_t last_batch = 0;        // tokens of the last successful decode (kept across seq_rm)
-    std::vector<float> own_row;    // the head's hidden row fed back by pymtp_draft_greedy
+    std::vector<float> own_row;    // the head's hidden rows fed back by pymtp_draft_greedy
     // pymtp_checkpoint_save's copy of each sequence's recurrent state (size 0: none saved)
     std::vector<std::vector<uint8_t>> checkpoint;
     std::vector<size_t> checkpoint_size;
@@ -661,87 +661,6 @@ static int process_batch(pymtp_ctx * c, int32_t n_tokens, int32_t n_out) {
     return PYMTP_OK;
 }
 
-int pymtp_decode(pymtp_ctx * c, const int32_t * tokens, int32_t n_tokens, int32_t pos0, int32_t seq_id,
-                 const uint8_t * output, const float * hidden_first, const float * hidden_rest) {
-    CHECK_CTX(c);
-    if (!tokens) return fail(PYMTP_ERR_ARG, "tokens must not be NULL");
-    if (c->model->failed) {
-        return fail(PYMTP_ERR_DECODE, "an RPC server of this model failed earlier: close the model and load it again");
-    }
-    if (n_tokens < 1 || (uint32_t) n_tokens > c->n_batch) {
-        return fail(PYMTP_ERR_ARG, "batch of %d tokens: must be in [1, n_batch=%u]", n_tokens, c->n_batch);
-    }
-    if (seq_id < 0 || (uint32_t) seq_id >= c->n_seq_max) {
-        return fail(PYMTP_ERR_ARG, "seq_id %d out of range [0, %u)", seq_id, c->n_seq_max);
-    }
-    if (pos0 < 0 || (int64_t) pos0 + n_tokens > (int64_t) c->n_ctx) {
-        return fail(PYMTP_ERR_ARG, "positions [%d, %d) do not fit the context (n_ctx=%u)", pos0, pos0 + n_tokens, c->n_ctx);
-    }
-    if (int rc = check_tokens(c->model, tokens, n_tokens)) return rc;
-    if (c->is_draft) {
-        if (!hidden_first || (n_tokens > 1 && !hidden_rest)) {
-            return fail(PYMTP_ERR_ARG, "a draft decode pairs every token with a target hidden row: hidden rows missing");
-        }
-    } else if (hidden_first || hidden_rest) {
-        return fail(PYMTP_ERR_ARG, "hidden rows are inputs of draft contexts only");
-    }
-    // A trimmed vocabulary: llama.cpp projects no row; the last row's logits come from the
-    // captured hidden row (only the last row may ask for them).
-    bool trim_want = false;
-    if (c->vocab) {
-        for (int32_t i = 0; output && i + 1 < n_tokens; ++i) {
-            if (output[i]) return fail(PYMTP_ERR_ARG, "with a trimmed draft vocabulary only the last row can have logits");
-        }
-        if (!output && n_tokens > 1) {
-            return fail(PYMTP_ERR_ARG, "with a trimmed draft vocabulary only the last row can have logits");
-        }
-        trim_want = output ? output[n_tokens - 1] != 0 : true;
-        draft_capture_arm(c->capture, true);
-        c->trim_row = nullptr;
-        c->trim_n = 0;
-    }
-    GUARD_BEGIN
-    if (!c->shares_memory) {
-        const llama_pos pmax = llama_memory_seq_pos_max(llama_get_memory(c->ctx), seq_id);
-        if (pmax >= 0 && pos0 != pmax + 1) {
-            return fail(PYMTP_ERR_ARG, "position %d does not continue sequence %d (it ends at %d): remove positions first",
-                        pos0, seq_id, pmax);
-        }
-    }
-    llama_batch_ext * b = c->batch;
-    llama_batch_ext_clear(b);
-    int32_t n_out = 0;
-    for (int32_t i = 0; i < n_tokens; ++i) {
-        const int32_t idx = llama_batch_ext_add_token(b, seq_id, tokens[i]);
-        if (idx < 0) return fail(PYMTP_ERR_ARG, "llama.cpp refused batch row %d (code %d)", i, idx);
-        const llama_pos pos = pos0 + i;
-        llama_batch_ext_set_pos(b, idx, &pos);
-        const bool want = !c->vocab && (output ? output[i] != 0 : true);
-        llama_batch_ext_set_output_logits(b, idx, want);
-        n_out += want;
-        if (c->is_draft) {
-            const float * h = i == 0 ? hidden_first : hidden_rest + (size_t) (i - 1) * c->n_embd;
-            llama_batch_ext_set_embd_token(b, idx, llama_embd{h, 1, (size_t) c->n_embd});
-        }
-    }
-    if (int rc = process_batch(c, n_tokens, n_out)) return rc;
-    if (c->vocab) {
-        if (!draft_capture_done(c->capture)) {
-            return fail(PYMTP_ERR_UNSUPPORTED, "this model's MTP graph gave no h_nextn row to capture: "
-                        "the trimmed draft vocabulary cannot work with it");
-        }
-        if (trim_want) {
-            c->trim_row = draft_vocab_logits(c->vocab, draft_capture_row(c->capture));
-            if (!c->trim_row) return fail(PYMTP_ERR_DECODE, "the trimmed head's projection failed");
-            c->trim_n = 1;
-            c->last_outputs = 1;
-        }
-    }
-    ok();
-    return PYMTP_OK;
-    GUARD_END_MODEL(c->model)
-}
-
 int pymtp_decode_rows(pymtp_ctx * c, const int32_t * tokens, const int32_t * pos, const int32_t * seq_ids,
                       int32_t n_tokens, const uint8_t * output, const float * hidden) {
     CHECK_CTX(c);
@@ -768,7 +687,7 @@ int pymtp_decode_rows(pymtp_ctx * c, const int32_t * tokens, const int32_t * pos
             return fail(PYMTP_ERR_ARG, "row %d: seq_id %d out of range [0, %u)", i, s, c->n_seq_max);
         }
         if (pos[i] < 0 || (uint32_t) pos[i] >= c->n_ctx) {
-            return fail(PYMTP_ERR_ARG, "row %d: position %d outside the context (n_ctx=%u)", i, pos[i], c->n_ctx);
+            return fail(PYMTP_ERR_ARG, "row %d: position %d: the positions do not fit the context (n_ctx=%u)", i, pos[i], c->n_ctx);
         }
         if (next[s] == -2 && !c->shares_memory) {
             const llama_pos pmax = llama_memory_seq_pos_max(mem, s);
@@ -886,34 +805,65 @@ int pymtp_rows_argmax(const float * rows, int32_t n_rows, int32_t n_cols, int32_
     return PYMTP_OK;
 }
 
-int pymtp_draft_greedy(pymtp_ctx * c, int32_t seq_id, int32_t pos, int32_t n_max, float p_min,
-                       int32_t * out_tokens, float * out_probs) {
+int pymtp_draft_greedy(pymtp_ctx * c, int32_t n_seq, const int32_t * seq_ids, const int32_t * pos,
+                       const int32_t * n_max, const float * p_min, int32_t stride,
+                       int32_t * out_tokens, float * out_probs, int32_t * out_n) {
     CHECK_CTX(c);
     if (!c->is_draft) return fail(PYMTP_ERR_ARG, "greedy drafting runs on a draft context");
-    if (!out_tokens || !out_probs || n_max < 1 || n_max > 64) return fail(PYMTP_ERR_ARG, "bad draft_greedy arguments");
-    if (c->last_outputs < 1) return fail(PYMTP_ERR_ARG, "no draft logits: decode the draft context first");
-    int32_t n = 0;
-    for (;;) {
-        float * row = nullptr;
+    if (!seq_ids || !pos || !n_max || !p_min || !out_tokens || !out_probs || !out_n || n_seq < 1 ||
+        (uint32_t) n_seq > c->n_seq_max || stride < 1 || stride > 64) {
+        return fail(PYMTP_ERR_ARG, "bad draft_greedy arguments");
+    }
+    for (int32_t r = 0; r < n_seq; ++r) {
+        if (n_max[r] < 1 || n_max[r] > stride) return fail(PYMTP_ERR_ARG, "draft_greedy: n_max[%d] = %d outside [1, %d]", r, n_max[r], stride);
+        out_n[r] = 0;
+    }
+    if (c->last_outputs != n_seq) {
+        return fail(PYMTP_ERR_ARG, "draft_greedy: the last draft decode output %d rows, not one per sequence (%d)",
+                    c->last_outputs, n_seq);
+    }
+    // going[j]: the sequence whose prediction is output row j of the last decode
+    std::vector<int32_t> going(n_seq), next, toks, at, seqs;
+    for (int32_t r = 0; r < n_seq; ++r) going[r] = r;
+    c->own_row.resize((size_t) n_seq * c->n_embd);
+    while (!going.empty()) {
+        float * rows = nullptr;
         int32_t n_rows = 0;
-        if (int rc = pymtp_logits(c, &row, &n_rows)) return rc;
-        row += (size_t) (n_rows - 1) * c->n_vocab;
-        int32_t tok = 0;
-        float prob = 0.0f;
-        pymtp_rows_argmax(row, 1, c->n_vocab, &tok, &prob);
-        if (prob < p_min) break;
-        out_tokens[n] = tok;
-        out_probs[n] = prob;
-        if (++n == n_max) break;
+        if (int rc = pymtp_logits(c, &rows, &n_rows)) return rc;
+        next.clear();
+        for (size_t j = 0; j < going.size(); ++j) {
+            const int32_t r = going[j];
+            int32_t tok = 0;
+            float prob = 0.0f;
+            pymtp_rows_argmax(rows + j * (size_t) c->n_vocab, 1, c->n_vocab, &tok, &prob);
+            if (prob < p_min[r]) continue;
+            out_tokens[(size_t) r * stride + out_n[r]] = tok;
+            out_probs[(size_t) r * stride + out_n[r]] = prob;
+            if (++out_n[r] < n_max[r]) next.push_back((int32_t) j);
+        }
+        if (next.empty()) break;
+        // Copy the continuing rows' own hidden rows: the next decode rewrites the buffer. A
+        // decode's hidden rows are its output rows, in order (one row per sequence here, or the
+        // caller's first decode with the continuing sequences' last tokens first).
         float * h = nullptr;
         if (int rc = pymtp_hidden(c, &h, &n_rows)) return rc;
-        // Copy: the next decode rewrites the buffer the row lives in.
-        h += (size_t) (n_rows - 1) * c->n_embd;
-        c->own_row.assign(h, h + c->n_embd);
-        if (int rc = pymtp_decode(c, &tok, 1, pos + n - 1, seq_id, nullptr, c->own_row.data(), nullptr)) return rc;
+        toks.clear(); at.clear(); seqs.clear();
+        std::vector<int32_t> cont;
+        for (size_t i = 0; i < next.size(); ++i) {
+            const int32_t j = next[i], r = going[j];
+            if (j >= n_rows) return fail(PYMTP_ERR_ARG, "draft_greedy: no hidden row for output row %d", j);
+            std::copy(h + (size_t) j * c->n_embd, h + (size_t) (j + 1) * c->n_embd, c->own_row.begin() + i * (size_t) c->n_embd);
+            toks.push_back(out_tokens[(size_t) r * stride + out_n[r] - 1]);
+            at.push_back(pos[r] + out_n[r] - 1);
+            seqs.push_back(seq_ids[r]);
+            cont.push_back(r);
+        }
+        if (int rc = pymtp_decode_rows(c, toks.data(), at.data(), seqs.data(), (int32_t) toks.size(), nullptr,
+                                       c->own_row.data())) return rc;
+        going = cont;
     }
     ok();
-    return n;
+    return PYMTP_OK;
 }
 
 // ---- memory ---------------------------------------------------------------------------

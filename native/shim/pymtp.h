@@ -175,33 +175,23 @@ int  pymtp_draft_set_head(pymtp_ctx * draft, int32_t head);
 
 /* A trimmed draft vocabulary (FastMTP): from now on the head scores only the n tokens ids
  * (ascending); n = 0 switches it off. The draft context's logits stay n_vocab wide, -inf
- * outside ids, and only a decode's last row can have them; its hidden row is that of the
- * last token. Single-head models whose MTP graph names its pre-projection row "h_nextn"
+ * outside ids, and the batch of a decode that asks for them must fit one ubatch; its hidden
+ * rows are those of the rows asked for. Single-head models whose MTP graph names its pre-projection row "h_nextn"
  * (glm4moe, deepseek2...); PYMTP_ERR_UNSUPPORTED otherwise (at the call or the next decode). */
 int  pymtp_draft_set_vocab(pymtp_ctx * draft, const int32_t * ids, int32_t n);
 
 /*
- * Decode n_tokens tokens of sequence seq_id at positions pos0, pos0+1, ...
- * A non-empty sequence must continue where it ends (pos0 = pos_max + 1).
+ * The one decode: rows of one or several sequences in one batch. Row i is token tokens[i] of
+ * sequence seq_ids[i] at position pos[i]. Each sequence's rows must continue where it ends, in
+ * order (pos = pos_max + 1, ...; an empty sequence starts anywhere; the rows of different
+ * sequences may interleave). A context with several sequences (n_seq_max > 1) shares its
+ * n_ctx cells between them.
  *
- * output: per row, 1 to get its logits (NULL = every row). On a target
- *   context the hidden row of every token is kept whatever output says.
- * hidden (draft contexts only, required there): the target hidden row each
- *   token is paired with. MTP pairs token x(p) with hidden row h(p-1), so
- *   token 0 takes hidden_first and tokens 1.. take the rows of hidden_rest,
- *   n_embd floats apart (typically the target's own hidden rows, read in place).
- */
-int  pymtp_decode(pymtp_ctx * ctx, const int32_t * tokens, int32_t n_tokens, int32_t pos0,
-                  int32_t seq_id, const uint8_t * output,
-                  const float * hidden_first, const float * hidden_rest);
-
-/*
- * Decode rows of several sequences in one batch: row i is token tokens[i] of sequence
- * seq_ids[i] at position pos[i]. Each sequence's rows must continue where it ends, in
- * order (the rows of different sequences may interleave). A context with several
- * sequences (n_seq_max > 1) shares its n_ctx cells between them.
- * output: as for pymtp_decode. hidden (draft contexts only, required there): one target
- * hidden row per row, n_tokens x n_embd floats (row i pairs with token i; see above).
+ * output: per row, 1 to get its logits (NULL = every row). On a target context the hidden
+ *   row of every token is kept whatever output says.
+ * hidden (draft contexts only, required there): the target hidden row each token is paired
+ *   with, n_tokens x n_embd floats. MTP pairs token x(p) with hidden row h(p-1) (typically
+ *   the target's own hidden rows, one position earlier).
  * Logits and hidden rows come back in batch order. With a trimmed draft vocabulary any rows
  * may ask for logits (the batch must fit one ubatch), and the hidden rows are those rows'.
  */
@@ -221,17 +211,20 @@ int  pymtp_hidden(pymtp_ctx * ctx, float ** out, int32_t * n_rows);
 int  pymtp_rows_argmax(const float * rows, int32_t n_rows, int32_t n_cols,
                        int32_t * out_ids, float * out_prob);
 
-/* Greedy draft recursion, one call for a whole draft. The draft context's last
- * decode must have output its last row (the head's prediction of the next token).
- * Repeats up to n_max times: take the argmax of that row, stop if its softmax
- * probability is below p_min, else keep it and, unless n_max is reached, decode
- * it at pos, pos+1, ... paired with the head's own hidden row. p_min and n_max are
- * the caller's choice (Python's draft policy; p_min = 0 never stops early): this
- * call only applies them. Writes the tokens and their probabilities; returns how
- * many were drafted. The caller removes positions >= pos from the draft KV
- * afterwards (they hold the head's rows, not the target's). */
-int  pymtp_draft_greedy(pymtp_ctx * draft, int32_t seq_id, int32_t pos, int32_t n_max, float p_min,
-                        int32_t * out_tokens, float * out_probs);
+/* Greedy draft recursion of n_seq sequences, one call for their whole drafts. The draft
+ * context's last decode must have output one row per sequence, row r the head's prediction
+ * for sequence seq_ids[r], and its first hidden rows those of the sequences that draft more
+ * than one token (decode their last tokens first). Repeats, for each sequence r still going:
+ * take the argmax of its row, stop r if its softmax probability is below p_min[r], else keep
+ * it and, unless n_max[r] (<= stride <= 64) is reached, decode it at pos[r], pos[r]+1, ...
+ * paired with the head's own hidden row; the sequences still going share one decode per
+ * draft position. p_min and n_max are the caller's choice (Python's draft policy; p_min = 0
+ * never stops early): this call only applies them. Writes sequence r's tokens and their
+ * probabilities at out_tokens / out_probs + r * stride and their count at out_n[r]. The caller
+ * removes positions >= pos[r] from the draft KV afterwards (they hold the head's rows). */
+int  pymtp_draft_greedy(pymtp_ctx * draft, int32_t n_seq, const int32_t * seq_ids, const int32_t * pos,
+                        const int32_t * n_max, const float * p_min, int32_t stride,
+                        int32_t * out_tokens, float * out_probs, int32_t * out_n);
 
 /* ---- sampling and verification (sampler.cpp) -----------------------------------
  *

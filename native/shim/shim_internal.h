@@ -29,7 +29,6 @@ draft_vocab * draft_vocab_new(const ggml_tensor * head, const int32_t * ids, int
                               int32_t n_threads, const char ** why);
 void draft_vocab_free(draft_vocab * v);
 int32_t draft_vocab_size(const draft_vocab * v);
-const float * draft_vocab_logits(draft_vocab * v, const float * hidden);
 bool draft_vocab_logits_into(draft_vocab * v, const float * hidden, float * out);
 
 // placement.cpp: the devices of remote (RPC) servers.

@@ -6,14 +6,16 @@ the accepted text: every token the target accepts is fed to the head with the
 hidden row one position earlier, lazily, in the same decode as the next draft.
 
 Two modes:
-* one head (glm4moe, qwen35, deepseek...): a one-token draft is one decode of the
-  not-yet-fed accepted tokens plus the last token; a longer draft feeds the queue
-  first and decodes the last token alone (its hidden row seeds the recursion, and
-  llama.cpp's masked nextn rows are a decode's first rows), then the head recurses
-  on its own hidden output, one token per call;
+* one head (glm4moe, qwen35, deepseek...): the drafts of every text sharing the draft context
+  are made together (draft_with_heads; a single generation is a batch of one): one draft
+  decode per draft position carries every text's rows. The first carries each text's
+  not-yet-fed accepted tokens plus its last token; a text drafting more than one token has
+  its queue fed first and its last token decoded at the front (its hidden row seeds the
+  recursion, and llama.cpp's masked nextn rows are a decode's first rows), then the head
+  recurses on its own hidden output;
 * chained heads (step35): head i drafts token i+1; each head keeps its own
   KV layer, so accepted tokens are fed once per head, and draft step i
-  re-decodes the drafted prefix with head i (as llama.cpp's driver does).
+  re-decodes the drafted prefix with head i (as llama.cpp's driver does); one text at a time.
 
 The policies that size each draft live in pymtp.policy (DraftPolicy is imported here for
 older code).
@@ -21,6 +23,7 @@ older code).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,23 +32,53 @@ from ._native import ffi, lib
 from .config import SpecConfig
 from .draft_vocab import frequent_tokens
 from .errors import UnsupportedError
-from .model import DraftContext, last_row_only
+from .model import DraftContext
 from .policy import DraftPolicy  # noqa: F401  (moved to pymtp.policy)
 from .rollback import KVTrim
-from .sampling import Sampler
+from .constraint_state import ConstraintState
+from .sampling import Q_IN_SLOTS, Sampler
 
 
 @dataclass
 class Draft:
-    """Tokens a drafter proposes and the head's top probability for each. In sampling mode
-    the verifier needs each token's q, the distribution it was drawn from: either the
-    sampler's slots hold them (``q_in_sampler``: drafters that called ``Sampler.row`` or
-    ``Sampler.point_masses``), or ``probs`` lists them as vocabulary-sized arrays."""
+    """Tokens a drafter proposes, the head's top probability for each, and where each token's q
+    is (the distribution it was drawn from, which sampling mode's verify reads): Q_IN_SLOTS,
+    the text's sampler holds them (drafted through ``Sampler.row``, the MTP head's way);
+    Q_POINT_MASS, a point mass on each token (prompt lookup); or a list of vocabulary-sized
+    arrays. Greedy drafts need none (None)."""
 
     tokens: list[int] = field(default_factory=list)
-    probs: list[np.ndarray] | None = None
     confidence: list[float] = field(default_factory=list)
-    q_in_sampler: bool = False
+    q: str | list[np.ndarray] | None = None
+
+
+@dataclass
+class DraftRequest:
+    """What one text asks its drafter for in one step: up to k tokens to follow last_token (at
+    position n_past; history ends with it), chosen under sampler, none below p_min."""
+
+    last_token: int
+    n_past: int
+    k: int
+    sampler: Sampler
+    history: list[int]
+    p_min: float = 0.0
+    constraint: ConstraintState | None = None    # masks each draft position, advanced by each token
+
+    @property
+    def plain_greedy(self) -> bool:
+        """Greedy by the bare argmax (nothing changes it: no penalty, bias, processor or constraint)."""
+        return self.sampler.plain_greedy and self.constraint is None
+
+
+@dataclass
+class HeadJob:
+    """A single-head MTP draft the engine makes together with the other texts' (one draft
+    decode per draft position: draft_with_heads); ``owner`` planned it and hears how it went."""
+
+    drafter: MTPDrafter
+    request: DraftRequest
+    owner: Drafter
 
 
 @dataclass
@@ -65,6 +98,8 @@ class Drafter:
     * ``propose(last_token, n_past, k, sampler, history, p_min)``: up to k tokens to follow
       last_token (at position n_past; history ends with it), as a Draft; in sampling mode
       with each token's q distribution (see Draft; a point mass is fine: exact too);
+    * ``plan(request)``: this step's Draft, or a HeadJob that the engine drafts together with
+      other texts' (the default: propose());
     * ``observe(tokens, pos0, hidden)``: the target accepted these tokens at pos0.. (hidden:
       its hidden rows when ``wants_hidden``, else None);
     * ``accepted(n_drafted, n_accepted)``: how the last draft fared;
@@ -84,6 +119,13 @@ class Drafter:
     def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
                 p_min: float = 0.0) -> Draft:
         raise NotImplementedError
+
+    def plan(self, request: DraftRequest) -> Draft | HeadJob:
+        r = request
+        return self.propose(r.last_token, r.n_past, r.k, r.sampler, r.history, r.p_min)
+
+    def drafted(self, draft: Draft, seconds: float) -> None:
+        """A HeadJob this drafter planned came back as draft (drafting took seconds)."""
 
     def observe(self, tokens: list[int], pos0: int, hidden: np.ndarray | None) -> None:
         pass
@@ -110,6 +152,30 @@ class Drafter:
         self.reset()
 
 
+def draft_all(drafters: list[Drafter | None], requests: list[DraftRequest]) -> list[Draft]:
+    """Each text's draft for this step: drafters that plan a HeadJob draft together, in one
+    draft decode per draft position (texts sharing a draft context); the others on their own."""
+    drafts = [Draft() for _ in requests]
+    jobs, where = [], []
+    for i, (d, r) in enumerate(zip(drafters, requests)):
+        if d is None or r.k <= 0:
+            continue
+        plan = d.plan(r)
+        if isinstance(plan, HeadJob):
+            jobs.append(plan)
+            where.append(i)
+        else:
+            drafts[i] = plan
+    if jobs:
+        t0 = time.perf_counter()
+        made = draft_with_heads(jobs)
+        dt = time.perf_counter() - t0
+        for i, job, draft in zip(where, jobs, made):
+            drafts[i] = draft
+            job.owner.drafted(draft, dt)
+    return drafts
+
+
 class MTPDrafter(Drafter):
     """Drives a DraftContext. See the module docstring for the hand-off rule."""
 
@@ -131,12 +197,8 @@ class MTPDrafter(Drafter):
         self._has_pending = False
         self._kv_end = 0                   # the draft KV holds positions < kv_end
         self._own = np.zeros((self.n_heads + 17, self.n_embd), dtype=np.float32)  # head's own rows
-        self._draft_ids = ffi.new("int32_t[64]")
-        self._draft_probs = ffi.new("float[64]")
         self._vocab_asked = 0
         self.vocab_size = 0                # the trimmed draft vocabulary's size (0: all tokens)
-        self._argmax_id = ffi.new("int32_t[1]")
-        self._argmax_p = ffi.new("float[1]")
 
     @property
     def max_draft(self) -> int:
@@ -144,7 +206,7 @@ class MTPDrafter(Drafter):
         return self.n_heads if self.chained else 16
 
     def write_count(self) -> int:
-        return self.ctx.n_writes
+        return self.ctx.write_count()
 
     def configure(self, spec: SpecConfig) -> None:
         """How several heads draft (spec.heads), and a trimmed draft vocabulary of
@@ -177,7 +239,8 @@ class MTPDrafter(Drafter):
         if pos >= self.ctx.n_ctx:
             return False
         try:
-            self.ctx.decode([0], pos, np.zeros(self.n_embd, dtype=np.float32), output=np.ones(1, np.uint8))
+            _decode_parts(self.ctx.ctx, [(self.ctx.seq_id, [0], np.zeros((1, self.n_embd), dtype=np.float32), pos)],
+                          outputs=True)
             return True
         except UnsupportedError:
             return False
@@ -251,7 +314,6 @@ class MTPDrafter(Drafter):
         n = len(self._feed)
         if n == 0:
             return
-        out = np.zeros(n, dtype=np.uint8)       # no logits: these rows only fill the KV
         for head in range(self.n_heads if self.chained else 1):
             if self.chained:
                 # Each head writes only its own KV layer, so the positions are decoded once
@@ -259,113 +321,65 @@ class MTPDrafter(Drafter):
                 self.ctx.set_head(head)
                 if head > 0:
                     self.ctx.seq_rm(self._kv_end)
-            self.ctx.decode(self._feed, self._kv_end, self._rows[0], self._rows[1:n], output=out)
+            # no logits: these rows only fill the KV
+            _decode_parts(self.ctx.ctx, [self._queue_rows()], outputs=False)
         self.queue_fed()
 
     # ---- drafting ----------------------------------------------------------------------
 
     def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
                 p_min: float = 0.0) -> Draft:
-        """Draft up to k tokens that follow last_token (at position n_past)."""
-        if not self._has_pending or k <= 0:
-            return Draft()
+        """Draft up to k tokens that follow last_token (at position n_past): this text alone,
+        through the same batched drafting as a batch (a batch of one)."""
+        return draft_all([self], [DraftRequest(last_token, n_past, k, sampler, history, p_min)])[0]
+
+    def plan(self, request: DraftRequest) -> Draft | HeadJob:
+        if not self._has_pending or request.k <= 0:
+            return Draft()               # nothing pairs with the last token yet
         if self.chained:
-            return self._propose_chained(last_token, n_past, min(k, self.n_heads), sampler, history, p_min)
-        draft = Draft(q_in_sampler=not sampler.config.greedy)
-        if k > 1:
-            # The recursion needs the hidden row of last_token, but in llama.cpp's masked nextn
-            # mode a decode returns the first rows of the batch (many MTP graphs, glm4moe's
-            # among them, keep every row of h_nextn), so last_token is decoded on its own.
-            self._flush()
-        # One call: the queued accepted tokens (if any) plus last_token, output on the last row only.
-        tokens, rows, pos0 = self.draft_inputs(last_token)
-        n = len(tokens)
-        self.ctx.decode(tokens, pos0, rows[0], rows[1:n], output=last_row_only(n))
-        self.inputs_fed(n_past)
-        if sampler.plain_greedy:
-            # the whole recursion in one native call: argmax, own hidden row, next decode
-            n_out = self.ctx.draft_greedy(n_past + 1, k, p_min, self._draft_ids, self._draft_probs)
-            draft.tokens = list(self._draft_ids[0:n_out])
-            draft.confidence = list(self._draft_probs[0:n_out])
-        else:
-            self._recurse(draft, n_past, k, sampler, history, p_min)
-        self.draft_done(n_past, k, draft)
-        return draft
+            return self._propose_chained(request)
+        return HeadJob(self, request, self)
 
-    # The pieces of a single-head draft, also used by batched drafting (pymtp.batch): a
-    # decode of draft_inputs() (after queue_inputs() was decoded and queue_fed(), when the
-    # draft is longer than one token), then inputs_fed(), the recursion, then draft_done().
+    def _first_rows(self, last_token: int) -> tuple[int, list[int], np.ndarray, int]:
+        """The first draft decode's part: (seq_id, the queue plus last_token, one hidden row
+        each, first position); the head's prediction comes from its last row."""
+        tokens = self._feed + [last_token]
+        return self.ctx.seq_id, tokens, self._rows[:len(tokens)], self._kv_end
 
-    def can_draft(self) -> bool:
-        """Whether a draft can start: the row pairing with the last token is here."""
-        return self._has_pending
-
-    def queue_inputs(self) -> tuple[list[int], np.ndarray, int]:
-        """The queued accepted tokens, their hidden rows (one per token) and the first position."""
+    def _queue_rows(self) -> tuple[int, list[int], np.ndarray, int]:
         n = len(self._feed)
-        return list(self._feed), self._rows[:n], self._kv_end
+        return self.ctx.seq_id, list(self._feed), self._rows[:n], self._kv_end
 
     def queue_fed(self) -> None:
+        """The queued tokens are in the draft KV now."""
         n = len(self._feed)
         self._kv_end += n
         self._rows[0] = self._rows[n]
         self._feed.clear()
 
-    def draft_inputs(self, last_token: int) -> tuple[list[int], np.ndarray, int]:
-        """The first draft decode's rows: the queue plus last_token, one hidden row each, and
-        the first position (the head's prediction comes from the last row)."""
-        tokens = self._feed + [last_token]
-        return tokens, self._rows[:len(tokens)], self._kv_end
-
-    def inputs_fed(self, n_past: int) -> None:
+    def _first_fed(self, n_past: int) -> None:
         self._feed.clear()
         self._kv_end = n_past + 1
 
-    def draft_done(self, n_past: int, k: int, draft: Draft) -> None:
+    def _draft_done(self, n_past: int, k: int, draft: Draft) -> None:
         if k > 1 and draft.tokens:
             # Rows past last_token hold the head's own hidden rows, not the target's.
             self.rollback.trim(n_past + 1)
         # The pending row (paired with last_token) is consumed; observe() sets the next.
         self._has_pending = False
 
-    def take(self, draft: Draft, row: np.ndarray, sampler: Sampler, history: list[int], p_min: float,
-             greedy: tuple[int, float] | None = None) -> bool:
-        """Choose the next draft token from a row of the head's logits (greedy: its argmax and
-        probability, computed already); False to stop. In sampling mode its q stays in the
-        sampler's slot for its position."""
-        if greedy is not None and sampler.plain_greedy:
-            tok, conf = greedy
-        else:
-            tok, conf = sampler.row(len(draft.tokens), row, history, draft.tokens)
-        if tok < 0 or conf < p_min:        # -1: the head has no allowed token here
-            return False
-        draft.tokens.append(tok)
-        draft.confidence.append(conf)
-        return True
-
-    def _recurse(self, draft: Draft, n_past: int, k: int, sampler: Sampler, history: list[int],
-                 p_min: float) -> None:
-        """Draft token by token, each decoded with the head's own hidden row (sampling,
-        penalties, bias: each choice is one native sampler call)."""
-        for i in range(k):
-            if i > 0:
-                self.ctx.decode([draft.tokens[-1]], n_past + i, self._own[i - 1])
-            if not self._take(draft, sampler, history, p_min):
-                break
-            if i + 1 < k:
-                self._own[i] = self.ctx.hidden()[0]
-
-    def _propose_chained(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
-                         p_min: float) -> Draft:
+    def _propose_chained(self, r: DraftRequest) -> Draft:
         self._flush()
-        draft = Draft(q_in_sampler=not sampler.config.greedy)
+        n_past, k = r.n_past, min(r.k, self.n_heads)
+        draft = Draft(q=None if r.sampler.config.greedy else Q_IN_SLOTS)
         self._own[0] = self._rows[0]
-        tokens = [last_token]
+        tokens = [r.last_token]
         for i in range(k):
             self.ctx.set_head(i)
             self.ctx.seq_rm(n_past)
-            self.ctx.decode(tokens, n_past, self._own[0], self._own[1:len(tokens)], output=last_row_only(len(tokens)))
-            if not self._take(draft, sampler, history, p_min):
+            _decode_parts(self.ctx.ctx, [(self.ctx.seq_id, tokens, self._own, n_past)], outputs=True)
+            row = self.ctx.logits()[-1]
+            if not _take(draft, row, r, _argmax(row[None, :])[0] if r.plain_greedy else None):
                 break
             self._own[len(tokens)] = self.ctx.hidden()[0]
             tokens.append(draft.tokens[-1])
@@ -375,11 +389,129 @@ class MTPDrafter(Drafter):
         # last_token is not fed: observe() queues it with the old pending row.
         return draft
 
-    def _take(self, draft: Draft, sampler: Sampler, history: list[int], p_min: float) -> bool:
-        """take() on the head's last logits row."""
-        row = self.ctx.logits()[-1]
-        greedy = None
-        if sampler.plain_greedy:
-            lib.pymtp_rows_argmax(ffi.from_buffer("float[]", row), 1, row.shape[0], self._argmax_id, self._argmax_p)
-            greedy = int(self._argmax_id[0]), float(self._argmax_p[0])
-        return self.take(draft, row, sampler, history, p_min, greedy)
+
+def draft_with_heads(jobs: list[HeadJob]) -> list[Draft]:
+    """Single-head MTP drafts of the texts of one draft context, made together: one draft
+    decode per draft position carries every text's rows (when every text is greedy, the whole
+    recursion is one native call)."""
+    drafters = [j.drafter for j in jobs]
+    ctx = drafters[0].ctx.ctx
+    if any(d.ctx.ctx is not ctx for d in drafters):
+        raise ValueError("drafts made together must share one draft context")
+    reqs = [j.request for j in jobs]
+    ks = [r.k for r in reqs]
+    drafts = [Draft(q=None if r.sampler.config.greedy else Q_IN_SLOTS) for r in reqs]
+    # Drafts longer than one token need the head's hidden row of the last token, and a
+    # masked nextn decode returns its first rows: feed the queues first, then decode the
+    # long drafts' last tokens first in the batch.
+    longer = [i for i, k in enumerate(ks) if k > 1]
+    _feed_queues(ctx, [drafters[i] for i in longer])
+    order = longer + [i for i, k in enumerate(ks) if k == 1]
+    if sum(len(drafters[i]._feed) + 1 for i in order) > ctx.n_batch:
+        # long queues (prompts admitted together) would overflow one decode: feed them first
+        _feed_queues(ctx, [drafters[i] for i in order])
+    _decode_parts(ctx, [drafters[i]._first_rows(reqs[i].last_token) for i in order], outputs=True)
+    for i in order:
+        drafters[i]._first_fed(reqs[i].n_past)
+    if all(r.plain_greedy for r in reqs):
+        # every recursion in one native call: argmax, own hidden row, one decode per position
+        _draft_greedy(ctx, [drafters[i].ctx.seq_id for i in order], [reqs[i] for i in order],
+                      [drafts[i] for i in order])
+    else:
+        own = ctx.hidden()[:len(longer)]             # the long drafts' last-token rows
+        own_of = {i: own[n].copy() for n, i in enumerate(longer)}
+        going = _choose(ctx, reqs, order, drafts)
+        for depth in range(1, max(ks)):
+            going = [i for i in going if depth < ks[i]]
+            if not going:
+                break
+            _decode_parts(ctx, [(drafters[i].ctx.seq_id, [drafts[i].tokens[-1]], own_of[i][None, :],
+                                 reqs[i].n_past + depth) for i in going], outputs=True)
+            if any(depth + 1 < ks[i] for i in going):
+                hid = ctx.hidden()                    # one row per part, in order
+                own_of = {i: hid[n].copy() for n, i in enumerate(going)}
+            going = _choose(ctx, reqs, going, drafts)
+    for d, r, draft in zip(drafters, reqs, drafts):
+        d._draft_done(r.n_past, r.k, draft)
+    return drafts
+
+
+def _draft_greedy(ctx: DraftContext, seq_ids: list[int], reqs: list[DraftRequest], drafts: list[Draft]) -> None:
+    """Greedy recursions of the texts whose predictions are the last decode's rows, in order."""
+    n = len(reqs)
+    n_max = np.array([r.k for r in reqs], dtype=np.int32)
+    ids = np.empty((n, int(n_max.max())), dtype=np.int32)
+    probs = np.empty(ids.shape, dtype=np.float32)
+    n_out = np.empty(n, dtype=np.int32)
+    ctx.draft_greedy(np.array(seq_ids, dtype=np.int32), np.array([r.n_past + 1 for r in reqs], dtype=np.int32), n_max,
+                     np.array([r.p_min for r in reqs], dtype=np.float32), ids, probs, n_out)
+    for r, draft in enumerate(drafts):
+        draft.tokens = ids[r, :n_out[r]].tolist()
+        draft.confidence = probs[r, :n_out[r]].tolist()
+
+
+def _feed_queues(ctx: DraftContext, drafters: list[MTPDrafter]) -> None:
+    """Feed the head the accepted tokens it has not seen, in decodes of at most n_batch rows."""
+    parts = [d._queue_rows() for d in drafters if d._feed]
+    if parts:
+        _decode_parts(ctx, parts, outputs=False)
+        for d in drafters:
+            d.queue_fed()
+
+
+def _decode_parts(ctx: DraftContext, parts, *, outputs: bool) -> None:
+    """Draft decode of (seq_id, tokens, hidden rows, first position) parts; with outputs, one
+    decode with logits for each part's last row, without, as many decodes as n_batch needs."""
+    tokens, pos, seqs, flags = [], [], [], []
+    for seq, toks, _, p0 in parts:
+        tokens += toks
+        pos += range(p0, p0 + len(toks))
+        seqs += [seq] * len(toks)
+        flags += [0] * (len(toks) - 1) + [1 if outputs else 0]
+    if len(parts) == 1:
+        hidden = np.ascontiguousarray(parts[0][2][:len(tokens)])
+    else:
+        hidden = np.concatenate([h[:len(t)] for _, t, h, _ in parts])      # float32 rows, one array
+    flags_arr = np.array(flags, dtype=np.uint8)
+    step = len(tokens) if outputs else ctx.n_batch
+    for a in range(0, len(tokens), step):
+        b = a + step
+        ctx.decode_rows(tokens[a:b], pos[a:b], seqs[a:b], output=flags_arr[a:b], hidden=hidden[a:b])
+
+
+def _argmax(rows: np.ndarray) -> list[tuple[int, float]]:
+    """(argmax, its softmax probability) of each row: one native call for all rows."""
+    n = rows.shape[0]
+    ids, probs = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.float32)
+    lib.pymtp_rows_argmax(ffi.from_buffer("float[]", rows), n, rows.shape[1],
+                          ffi.from_buffer("int32_t[]", ids), ffi.from_buffer("float[]", probs))
+    return list(zip(ids.tolist(), probs.tolist()))
+
+
+def _choose(ctx: DraftContext, reqs: list[DraftRequest], order: list[int], drafts: list[Draft]) -> list[int]:
+    """Each drafting text picks its next token from its row of the last draft decode (greedy
+    ones from one native argmax over all rows, sampling ones from their own sampler); returns
+    the ones that drafted a token."""
+    logits = ctx.logits()
+    greedy = _argmax(logits) if any(reqs[i].plain_greedy for i in order) else None
+    return [i for r, i in enumerate(order)
+            if _take(drafts[i], logits[r], reqs[i], greedy[r] if greedy and reqs[i].plain_greedy else None)]
+
+
+def _take(draft: Draft, row: np.ndarray, r: DraftRequest, greedy: tuple[int, float] | None) -> bool:
+    """Choose the next draft token from a row of the head's logits (greedy: its argmax and
+    probability, computed already); False to stop. In sampling mode its q stays in the
+    sampler's slot for its position; under a constraint the row is masked, and the token
+    advances the constraint tentatively."""
+    if greedy is not None:
+        tok, conf = greedy
+    else:
+        mask = r.constraint.draft_mask(len(draft.tokens)) if r.constraint is not None else None
+        tok, conf = r.sampler.row(len(draft.tokens), row, r.history, draft.tokens, mask=mask)
+    if tok < 0 or conf < r.p_min:        # -1: the head has no allowed token here
+        return False
+    if r.constraint is not None:
+        r.constraint.drafted(tok)
+    draft.tokens.append(tok)
+    draft.confidence.append(conf)
+    return True

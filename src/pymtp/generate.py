@@ -150,11 +150,10 @@ def _is_batch(prompt) -> bool:
 def _generate_batch(prompts: list, session: Session, request: Request) -> list[GenerationResult]:
     from .batch import Batch
 
-    # The batch's drafting does not advance a constraint yet (issue #31, the engine's half): until
-    # it does, a list of prompts takes neither constraints nor logits processors.
-    if request.constrained or request.logits_processor is not None:
-        raise UnsupportedError("constraints and logits processors apply to one prompt at a time: "
-                               "call generate() per prompt")
+    if request.constraint is not None and request.grammar is None and len(prompts) > 1:
+        # every text of a batch is masked by its own matcher; a caller's object holds one text's state
+        raise UnsupportedError("a constraint object follows one text: for a list of prompts give json_schema= "
+                               "or grammar= (each prompt gets its own matcher), or call generate() per prompt")
     toks = [TextStream.prompt_tokens(session.model, p) for p in prompts]
     n_ctx = max(len(t) for t in toks) + request.limits.max_tokens + 1
     results: list[GenerationResult | None] = [None] * len(toks)
@@ -165,8 +164,8 @@ def _generate_batch(prompts: list, session: Session, request: Request) -> list[G
             while waiting and batch.free:
                 i, t = waiting.pop(0)
                 running[i] = batch.add(t, sampling=request.sampling, spec=request.spec, limits=request.limits,
-                                       constraint=request.new_constraint(), logprobs=request.wants_logprobs,
-                                       top_logprobs=request.top_logprobs)
+                                       constraint=request.new_constraint(), logits_processor=request.logits_processor,
+                                       logprobs=request.wants_logprobs, top_logprobs=request.top_logprobs)
             batch.step()
             for i, it in list(running.items()):
                 if it.finished:

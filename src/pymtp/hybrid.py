@@ -21,11 +21,12 @@ statistics per source.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from .config import SpecConfig
-from .drafter import Draft, Drafter, MTPDrafter
+from .drafter import Draft, Drafter, DraftRequest, HeadJob, MTPDrafter, draft_all
 from .lookup import PromptLookupDrafter
 from .sampling import Sampler
 
@@ -75,26 +76,33 @@ class HybridDrafter(Drafter):
 
     def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
                 p_min: float = 0.0) -> Draft:
+        return draft_all([self], [DraftRequest(last_token, n_past, k, sampler, history, p_min)])[0]
+
+    def plan(self, r: DraftRequest) -> Draft | HeadJob:
+        """Lookup's draft, or the head's (a HeadJob the engine drafts with the other texts')."""
         t0 = time.perf_counter()
-        cont = self.lookup.continuation(history, k)
-        k_mtp = min(k, self.mtp_draft)
+        cont = self.lookup.continuation(r.history, r.k)
+        k_mtp = min(r.k, self.mtp_draft)
         use_lookup = False
         if len(cont) >= self.min_match:
             s_lookup, s_mtp = self.score("lookup", len(cont)), self.score("mtp", k_mtp)
             self.last_scores = {"lookup": s_lookup, "mtp": s_mtp}
             use_lookup = (s_lookup >= s_mtp if s_lookup is not None and s_mtp is not None
                           else self.rate("lookup") >= self.rate("mtp"))
-        if use_lookup:
-            self.last_source = "lookup"
-            draft = self.lookup.propose(last_token, n_past, len(cont), sampler, history, p_min)
-        else:
-            self.last_source = "mtp"
-            draft = self.mtp.propose(last_token, n_past, k_mtp, sampler, history, p_min)
+        self.last_source = "lookup" if use_lookup else "mtp"
+        source = self.lookup if use_lookup else self.mtp
+        plan = source.plan(replace(r, k=len(cont) if use_lookup else k_mtp))
+        if isinstance(plan, HeadJob):
+            return HeadJob(plan.drafter, plan.request, self)
+        self.drafted(plan, time.perf_counter() - t0)
+        return plan
+
+    def drafted(self, draft: Draft, seconds: float) -> None:
+        """Times the last source's drafting per token."""
         if draft.tokens:
-            dt = (time.perf_counter() - t0) / len(draft.tokens)
+            dt = seconds / len(draft.tokens)
             c = self._c_draft[self.last_source]
             self._c_draft[self.last_source] = dt if c == 0.0 else 0.8 * c + 0.2 * dt
-        return draft
 
     def accepted(self, n_drafted: int, n_accepted: int) -> None:
         """The last draft's outcome (the speculator reports it): updates its source's rates."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .config import SpecConfig
 from .drafter import Draft, Drafter
-from .sampling import Sampler
+from .sampling import Q_POINT_MASS, Sampler
 
 
 class PromptLookupDrafter(Drafter):
@@ -42,6 +42,5 @@ class PromptLookupDrafter(Drafter):
     def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
                 p_min: float = 0.0) -> Draft:
         tokens = self.continuation(history, k)
-        if not sampler.config.greedy:
-            sampler.point_masses(tokens)
-        return Draft(tokens=list(tokens), confidence=[1.0] * len(tokens), q_in_sampler=not sampler.config.greedy)
+        return Draft(tokens=list(tokens), confidence=[1.0] * len(tokens),
+                     q=None if sampler is None or sampler.config.greedy else Q_POINT_MASS)

@@ -229,6 +229,10 @@ class Model:
             n = check(lib.pymtp_token_piece(self._handle(), int(token), render_special, self._piece_buf, 256))
             return ffi.unpack(self._piece_buf, n)
 
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token (pymtp.textout's Vocabulary: a Session caches them)."""
+        return self.token_bytes(token)
+
     def is_eog(self, token: int) -> bool:
         """True when token ends generation (EOS, end of turn...)."""
         return bool(check(lib.pymtp_token_is_eog(self._handle(), int(token))))
@@ -283,9 +287,26 @@ class _Context:
         self.model = model
         self.lock = model.lock
         self.n_writes = 0          # decodes and cuts so far: a cache's owner sees foreign writes
+        self._seq_writes: dict[int, int] = {}      # ... and per sequence (texts sharing the context)
         self._h = None
         self._n_rows_out = ffi.new("int32_t *")
         self._ptr_out = ffi.new("float **")
+
+    #: A context used whole is the handle of its sequence 0: the engine addresses any handle
+    #: (a context, or a pymtp.seqview view of one sequence) as (handle.ctx, handle.seq_id).
+    seq_id = 0
+
+    @property
+    def ctx(self) -> _Context:
+        return self
+
+    def write_count(self, seq_id: int | None = None) -> int:
+        """Writes (decodes, cuts, state loads) to the whole context, or to one sequence."""
+        return self.n_writes if seq_id is None else self._seq_writes.get(seq_id, 0)
+
+    def _wrote(self, seq_id: int) -> None:
+        self.n_writes += 1
+        self._seq_writes[seq_id] = self._seq_writes.get(seq_id, 0) + 1
 
     def _init_info(self) -> None:
         info = ffi.new("pymtp_ctx_info *")
@@ -361,12 +382,12 @@ class _Context:
     def seq_rm(self, p0: int, p1: int = -1, *, seq_id: int = 0) -> None:
         """Forget positions [p0, p1) of a sequence (p1 = -1: to the end)."""
         with self.lock:
-            self.n_writes += 1
+            self._wrote(seq_id)
             check(lib.pymtp_seq_rm(self._handle(), seq_id, p0, p1))
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         with self.lock:
-            self.n_writes += 1
+            self._wrote(dst)
             check(lib.pymtp_seq_cp(self._handle(), src, dst, p0, p1))
 
     def pos_max(self, seq_id: int = 0) -> int:
@@ -394,7 +415,7 @@ class _Context:
         of context."""
         buf = np.ascontiguousarray(state, dtype=np.uint8)
         with self.lock:
-            self.n_writes += 1
+            self._wrote(seq_id)
             check(lib.pymtp_state_set(self._handle(), seq_id, int(partial), ffi.from_buffer("uint8_t[]", buf),
                                       buf.nbytes))
 
@@ -438,24 +459,17 @@ class _Context:
                 raise ValueError(f"hidden rows: need {arr.size} x {self.n_embd} floats, got {hidden.size}")
             rows = ffi.cast("const float *", ffi.from_buffer(hidden))
         with self.lock:
-            self.n_writes += 1
+            for s in set(seq_arr.tolist()):
+                self._wrote(s)
             check(lib.pymtp_decode_rows(self._handle(), ffi.from_buffer("int32_t[]", arr),
                                         ffi.from_buffer("int32_t[]", pos_arr), ffi.from_buffer("int32_t[]", seq_arr),
                                         len(arr), out_ptr, rows))
 
-    def _decode(self, tokens, pos0: int, seq_id: int, output, first, rest) -> None:
-        arr = _as_tokens(tokens)
-        if output is None:
-            out_ptr = ffi.NULL
-        else:
-            flags = np.ascontiguousarray(output, dtype=np.uint8)
-            if flags.shape != arr.shape:
-                raise ValueError(f"output flags must match the tokens: {flags.shape} vs {arr.shape}")
-            out_ptr = ffi.from_buffer("uint8_t[]", flags)
-        with self.lock:
-            self.n_writes += 1
-            check(lib.pymtp_decode(self._handle(), ffi.from_buffer("int32_t[]", arr), len(arr), pos0, seq_id,
-                                   out_ptr, first, rest))
+    def _decode_from(self, tokens, pos0: int, seq_id: int, output, hidden: np.ndarray | None) -> None:
+        """decode_rows of one sequence's tokens at pos0, pos0+1, ..."""
+        n = len(tokens)
+        self.decode_rows(tokens, np.arange(pos0, pos0 + n, dtype=np.int32), np.full(n, seq_id, dtype=np.int32),
+                         output=output, hidden=hidden)
 
 
 class TargetContext(_Context):
@@ -471,8 +485,9 @@ class TargetContext(_Context):
             self._init_info()
 
     def decode(self, tokens, pos0: int, *, seq_id: int = 0, output=None) -> None:
-        """Decode tokens at positions pos0, pos0+1, ...; output: per-row logits flags (None = all)."""
-        self._decode(tokens, pos0, seq_id, output, ffi.NULL, ffi.NULL)
+        """Decode tokens at positions pos0, pos0+1, ...; output: per-row logits flags (None = all).
+        (decode_rows of one sequence.)"""
+        self._decode_from(tokens, pos0, seq_id, output, None)
 
     def checkpoint_save(self, seq_id: int = 0) -> None:
         """Save the recurrent state of a sequence (hybrid models without n_rs_seq rollback)."""
@@ -481,7 +496,7 @@ class TargetContext(_Context):
 
     def checkpoint_restore(self, seq_id: int = 0) -> None:
         with self.lock:
-            self.n_writes += 1
+            self._wrote(seq_id)
             check(lib.pymtp_checkpoint_restore(self._handle(), seq_id))
 
     def _close_children(self) -> None:
@@ -518,24 +533,48 @@ class DraftContext(_Context):
 
         hidden_first is that row for token 0; hidden_rest holds the rows for tokens 1..
         (float32, C-contiguous, n_embd wide; a view of the target's hidden() works)."""
-        first = self._rows_ptr(hidden_first, 1)
-        rest = ffi.NULL if hidden_rest is None else self._rows_ptr(hidden_rest, len(_as_tokens(tokens)) - 1)
-        self._decode(tokens, pos0, seq_id, output, first, rest)
+        n = len(_as_tokens(tokens))
+        first = self._checked_rows(hidden_first, 1)
+        if n == 1:
+            self._decode_from(tokens, pos0, seq_id, output, first)
+            return
+        if hidden_rest is None:
+            raise ValueError(f"hidden rows: need {n - 1} x {self.n_embd} floats for tokens 1.., got none")
+        self._decode_from(tokens, pos0, seq_id, output, np.concatenate([first, self._checked_rows(hidden_rest, n - 1)]))
 
-    def _rows_ptr(self, rows: np.ndarray, n_rows: int):
+    def _checked_rows(self, rows: np.ndarray, n_rows: int) -> np.ndarray:
+        """The first n_rows rows of rows as (n_rows, n_embd), refusing what is not float32 rows."""
         if not isinstance(rows, np.ndarray) or rows.dtype != _F32 or not rows.flags.c_contiguous:
             raise ValueError("hidden rows must be a C-contiguous float32 numpy array")
         if rows.size < n_rows * self.n_embd:
             raise ValueError(f"hidden rows: need {n_rows} x {self.n_embd} floats, got {rows.size}")
-        return ffi.cast("const float *", ffi.from_buffer(rows))
+        return rows.reshape(-1)[:n_rows * self.n_embd].reshape(n_rows, self.n_embd)
 
-    def draft_greedy(self, pos: int, n_max: int, p_min: float, out_ids, out_probs, *, seq_id: int = 0) -> int:
-        """The head's greedy recursion from position pos in one native call (argmax, its own
-        hidden row, the next decode), stopping at n_max tokens or below the caller's p_min;
-        writes tokens and top probabilities into the cffi arrays given, returns how many."""
+    def draft_greedy(self, seq_ids: np.ndarray, pos: np.ndarray, n_max: np.ndarray, p_min: np.ndarray,
+                     out_ids: np.ndarray, out_probs: np.ndarray, out_n: np.ndarray) -> None:
+        """The head's greedy recursions of several sequences in one native call (argmax, its own
+        hidden row, one decode per draft position for the sequences still going): row r of the
+        last decode predicts for seq_ids[r], from position pos[r], stopping at n_max[r] tokens or
+        below p_min[r]. Fills out_ids / out_probs (n_seq x stride) and out_n (int32 / float32
+        numpy arrays)."""
+        seq_ids, pos, n_max = (np.ascontiguousarray(a, dtype=np.int32) for a in (seq_ids, pos, n_max))
+        p_min = np.ascontiguousarray(p_min, dtype=np.float32)
+        n = len(seq_ids)
+        if not (len(pos) == len(n_max) == len(p_min) == len(out_n) == n == out_ids.shape[0] == out_probs.shape[0]):
+            raise ValueError("draft_greedy: one entry per sequence in every array")
+        for arr, dtype in ((out_ids, np.int32), (out_probs, np.float32), (out_n, np.int32)):
+            if arr.dtype != dtype or not arr.flags.c_contiguous or not arr.flags.writeable:
+                raise ValueError(f"draft_greedy: outputs must be writable C-contiguous {np.dtype(dtype).name} arrays")
+        if out_ids.shape != out_probs.shape or out_ids.ndim != 2:
+            raise ValueError("draft_greedy: out_ids and out_probs must be n_seq x stride arrays")
         with self.lock:
-            self.n_writes += 1
-            return check(lib.pymtp_draft_greedy(self._handle(), seq_id, pos, n_max, p_min, out_ids, out_probs))
+            for s in set(seq_ids.tolist()):
+                self._wrote(s)
+            check(lib.pymtp_draft_greedy(self._handle(), n, ffi.from_buffer("int32_t[]", seq_ids),
+                                         ffi.from_buffer("int32_t[]", pos), ffi.from_buffer("int32_t[]", n_max),
+                                         ffi.from_buffer("float[]", p_min), out_ids.shape[1],
+                                         ffi.from_buffer("int32_t[]", out_ids), ffi.from_buffer("float[]", out_probs),
+                                         ffi.from_buffer("int32_t[]", out_n)))
 
     def set_vocab(self, token_ids) -> None:
         """Score only these tokens from now on (a trimmed draft vocabulary; an empty list: all).

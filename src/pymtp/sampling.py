@@ -17,18 +17,21 @@ The policy is here: the settings, the seeded RNG (numpy's, so a seed gives the s
 sampling as before the arithmetic moved to C), which slot holds which draft position. The
 arithmetic over each row is native (pymtp_sampler_* in native/shim/sampler.cpp): one call per
 draft token, one per verify batch. A draft's q distributions live in the native sampler's
-slots, slot i for draft position i; drafters fill them through ``row`` or ``point_masses``.
+slots, slot i for draft position i; drafters fill them through ``row`` (a Draft says where its
+q is: pymtp.drafter.Draft.q). ``verify`` returns a Verdict: the accepted count, the emitted
+token, and the probabilities and top tokens asked for.
 
 Constrained decoding (a TokenConstraint: a JSON schema, a grammar, your own) masks every
 row on both sides: the head's q at each draft token and the target's p at each verify row,
-each with the constraint's state after the tokens before it. Drafting advances the
-constraint tentatively; verification rolls it back to the accepted prefix and adds the
-emitted token. Masked p and q under the same rule keep speculation exact.
+each with the constraint's state after the tokens before it. The constraint's state during a
+step is a ConstraintState (pymtp.constraint_state), which the engine advances while drafting
+and settles after the verify; the sampler only applies the masks it is given. Masked p and q
+under the same rule keep speculation exact.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -62,6 +65,24 @@ def mask_allows(mask: np.ndarray, token: int) -> bool:
     return bool((int(mask[token >> 5]) >> (token & 31)) & 1)
 
 
+#: Draft.q values: each draft token's q sits in the sampler's slot of its position (drafted
+#: through Sampler.row), or is a point mass on the token (prompt lookup).
+Q_IN_SLOTS = "slots"
+Q_POINT_MASS = "point"
+
+
+class Verdict(NamedTuple):
+    """What one verify decided: n_accepted draft tokens, then token (the target's own, or the
+    bonus after a full accept); probs: the target's probability of each of those n_accepted + 1
+    tokens, top: the likeliest tokens of each of their rows, as (token, log p) (each None
+    unless asked for)."""
+
+    n_accepted: int
+    token: int
+    probs: list[float] | None = None
+    top: list[list[tuple[int, float]]] | None = None
+
+
 class Sampler:
     """Token choice under one SamplingConfig, with its own seeded RNG.
 
@@ -75,34 +96,25 @@ class Sampler:
         self._tok = ffi.new("int32_t[1]")
         self._conf = ffi.new("float[1]")
         self._n_acc = ffi.new("int32_t[1]")
-        # want_probs: verify also gives the target's probability of each token it keeps and emits
-        # (under these settings), as last_probs (for logprobs)
-        self.want_probs = False
-        self.last_probs: list[float] | None = None
         self._probs_out = ffi.new("float[]", self.n_slots + 1)
-        # want_top > 0: also the want_top most probable tokens of each emitted token's row, as
-        # last_top (for top_logprobs): [[(token, logprob), ...] per emitted token]
-        self.want_top = 0
-        self.last_top: list[list[tuple[int, float]]] | None = None
         self._top_ids = ffi.new("int32_t[20]")
         self._top_lps = ffi.new("float[20]")
         self._top_n = ffi.new("int32_t[1]")
         self._slot_n = ffi.new("int32_t[1]")
         self._slot_ids = ffi.new("int32_t **")
         self._slot_probs = ffi.new("float **")
-        self.constraint: TokenConstraint | None = None
         self.logits_processor: LogitsProcessor | None = None     # one Python call per row: slower
-        self._n_tentative = 0          # draft tokens the constraint holds beyond the accepted text
-        self._masks: np.ndarray | None = None
         self.configure(config)
         if n_vocab:
             self._ensure(n_vocab)
 
     # ---- settings ------------------------------------------------------------------------------
 
-    def configure(self, config: SamplingConfig) -> None:
-        """Use these settings, with a fresh RNG from their seed."""
+    def configure(self, config: SamplingConfig, logits_processor: LogitsProcessor | None = None) -> None:
+        """Use these settings (and this logits processor, applied to every row first), with a
+        fresh RNG from their seed."""
         self.config = config
+        self.logits_processor = logits_processor
         self.rng = np.random.default_rng(config.seed)
         c = config
         self.penalizes = c.repetition_window > 0 and (
@@ -114,24 +126,9 @@ class Sampler:
 
     @property
     def plain_greedy(self) -> bool:
-        """Greedy with nothing that changes the argmax (no penalty, bias, constraint or processor)."""
-        return self._plain_argmax and self.constraint is None and self.logits_processor is None
-
-    def constrain(self, constraint: TokenConstraint | None) -> None:
-        """Mask every row with this constraint from now on (None: no constraint); it starts
-        at the beginning of the generated text."""
-        self.constraint = constraint
-        self._n_tentative = 0
-        if constraint is not None:
-            if self._native is None:
-                raise ValueError("the sampler does not know the vocabulary yet: give it n_vocab")
-            self._masks = np.zeros((self.n_slots, (self.n_vocab + 31) // 32), dtype=np.uint32)
-
-    def discard_tentative(self) -> None:
-        """Roll the constraint back to the accepted text (a step that failed half-way)."""
-        if self.constraint is not None and self._n_tentative:
-            self.constraint.rollback(self._n_tentative)
-        self._n_tentative = 0
+        """Greedy with nothing that changes the argmax (no penalty, bias or processor; a
+        constraint is the caller's to check)."""
+        return self._plain_argmax and self.logits_processor is None
 
     def _ensure(self, n_vocab: int) -> None:
         if self._native is not None and n_vocab == self.n_vocab:
@@ -183,30 +180,20 @@ class Sampler:
     # ---- one row -------------------------------------------------------------------------------
 
     def row(self, slot: int, row: np.ndarray, history: Sequence[int], extra: Sequence[int] = (),
-            draw: bool = True, confidence: bool = True) -> tuple[int, float]:
-        """Slot `slot` = the distribution of one logits row, after history + extra. Returns the
-        chosen token (greedy: the argmax; sampling: a draw, or -1 with draw=False) and the
-        largest probability (greedy: the argmax's softmax probability; 0.0 with confidence=False,
-        which spares greedy rows a pass over the vocabulary). Under a constraint, a draft slot
-        (slot == the draft tokens so far) is masked and the chosen token advances the
-        constraint tentatively; the last slot (scratch) is masked with the current state."""
+            draw: bool = True, confidence: bool = True, mask: np.ndarray | None = None) -> tuple[int, float]:
+        """Slot `slot` = the distribution of one logits row, after history + extra (and only the
+        tokens mask allows: a packed uint32 bitmask). Returns the chosen token (greedy: the
+        argmax; sampling: a draw, or -1 with draw=False; -1 too when nothing allowed has a finite
+        logit) and the largest probability (greedy: the argmax's softmax probability; 0.0 with
+        confidence=False, which spares greedy rows a pass over the vocabulary)."""
         if self.logits_processor is not None:
             row = self._processed(row, list(history) + list(extra))
         row = self._rows(row)
         hist, n_hist = self._history(history, extra)
         u = self.rng.random() if draw and not self.config.greedy else -1.0
-        mask, drafting = ffi.NULL, False
-        if self.constraint is not None:
-            drafting = slot < self.n_slots - 1
-            if drafting and slot != self._n_tentative:
-                raise ValueError(f"draft slot {slot} under a constraint that holds {self._n_tentative} draft tokens")
-            self.constraint.fill_mask(self._masks[slot])
-            mask = ffi.from_buffer("uint32_t[]", self._masks[slot])
         check(lib.pymtp_sampler_row(self._native, slot, ffi.from_buffer("float[]", row), hist, n_hist,
-                                    mask, u, self._tok, self._conf if confidence else ffi.NULL))
-        tok = int(self._tok[0])          # -1: no token is possible (nothing allowed has a finite logit)
-        if drafting and tok >= 0 and self.constraint.accept(tok):
-            self._n_tentative += 1
+                                    _mask_ptr(mask, self.n_vocab), u, self._tok, self._conf if confidence else ffi.NULL))
+        tok = int(self._tok[0])
         return tok, float(self._conf[0]) if confidence else 0.0
 
     def slot_probs(self, slot: int) -> np.ndarray:
@@ -221,20 +208,18 @@ class Sampler:
             out[np.frombuffer(ffi.buffer(self._slot_ids[0], 4 * n), dtype=np.int32)] = probs
         return out
 
-    def probs(self, row: np.ndarray, history: Sequence[int]) -> np.ndarray:
+    def probs(self, row: np.ndarray, history: Sequence[int], mask: np.ndarray | None = None) -> np.ndarray:
         """The distribution a token is drawn from after history (float64, sums to 1)."""
         scratch = self.n_slots - 1
-        self.row(scratch, row, history, draw=False, confidence=False)
+        self.row(scratch, row, history, draw=False, confidence=False, mask=mask)
         return self.slot_probs(scratch)
 
-    def choose(self, row: np.ndarray, history: Sequence[int]) -> int:
+    def choose(self, row: np.ndarray, history: Sequence[int], mask: np.ndarray | None = None) -> int:
         """The next token from one logits row (plain decoding)."""
-        return self.row(self.n_slots - 1, row, history, confidence=False)[0]
+        return self.row(self.n_slots - 1, row, history, confidence=False, mask=mask)[0]
 
-    def point_masses(self, tokens: Sequence[int]) -> None:
+    def _point_masses(self, tokens: Sequence[int]) -> None:
         """q of draft position i = a point mass on tokens[i] (prompt lookup's drafts)."""
-        if self._native is None:
-            raise ValueError("the sampler does not know the vocabulary yet: give it n_vocab")
         for i, t in enumerate(tokens):
             check(lib.pymtp_sampler_set_point(self._native, i, int(t)))
 
@@ -247,70 +232,62 @@ class Sampler:
 
     # ---- verification ---------------------------------------------------------------------------
 
-    def verify(self, target_rows: np.ndarray, draft: Sequence[int], draft_probs: Sequence[np.ndarray] | None,
-               history: list[int]) -> tuple[int, int]:
+    def verify(self, target_rows: np.ndarray, draft: Sequence[int], q: str | Sequence[np.ndarray] | None,
+               history: list[int], *, masks: np.ndarray | None = None, probs: bool = False, top: int = 0) -> Verdict:
         """Accept a prefix of draft against the target rows of one verify batch.
 
         target_rows[i] is the target's logits after history + draft[:i] (k + 1 rows for k
-        drafted tokens). Sampling mode: draft_probs[i] is the distribution draft[i] was drawn
-        from, or draft_probs is None when the sampler's slots already hold them (drafters
-        that called ``row`` or ``point_masses``). Returns (number of draft tokens accepted,
-        the token emitted after them)."""
+        drafted tokens). Sampling mode reads each draft token's q, the distribution it was drawn
+        from: q is Q_IN_SLOTS (or None) when this sampler's slots hold them (drafted through
+        ``row``), Q_POINT_MASS for point masses on the drafted tokens, or a list of
+        vocabulary-sized arrays. masks: row i's allowed tokens (k + 1 packed bitmasks; None:
+        all). probs / top: the Verdict also carries the target's probability of each token it
+        keeps and emits, and the top likeliest tokens of their rows."""
         k = len(draft)
         if k >= self.n_slots:
             raise ValueError(f"a draft of {k} tokens; this sampler holds q for {self.n_slots - 1}")
+        if not isinstance(top, int) or not 0 <= top <= 20:
+            raise ValueError(f"top must be an int in [0, 20], got {top!r}")
         rows = target_rows[: k + 1]
         if self.logits_processor is not None:
             rows = np.stack([self._processed(rows[i], list(history) + list(draft[:i])) for i in range(len(rows))])
         rows = self._rows(rows)
         if rows.shape[0] != k + 1:
             raise ValueError(f"{k} draft tokens need {k + 1} target rows, got {rows.shape[0]}")
+        if masks is not None and (masks.dtype != np.uint32 or masks.shape[0] < k + 1 or not masks.flags.c_contiguous
+                                  or masks.shape[1] != (self.n_vocab + 31) // 32):
+            raise ValueError(f"masks: need {k + 1} C-contiguous uint32 rows of {(self.n_vocab + 31) // 32} words")
         u = ffi.NULL
         if not self.config.greedy:
-            if draft_probs is not None:
-                self._load_q(draft_probs)
+            if q == Q_POINT_MASS:
+                self._point_masses(draft)
+            elif q is not None and q != Q_IN_SLOTS:
+                self._load_q(q)
             self._u = self.rng.random(k + 1)
             u = ffi.from_buffer("double[]", self._u)
         tokens = np.asarray(draft, dtype=np.int32)
         hist, n_hist = self._history(history)
-        mask_rows = None if self.constraint is None else self._verify_masks(draft)
-        masks = ffi.NULL if mask_rows is None else ffi.from_buffer("uint32_t[]", mask_rows)
         check(lib.pymtp_sampler_verify(self._native, ffi.from_buffer("float[]", rows), ffi.from_buffer("int32_t[]", tokens),
-                                       k, hist, n_hist, masks, u, self._n_acc, self._tok,
-                                       self._probs_out if self.want_probs else ffi.NULL))
+                                       k, hist, n_hist, ffi.NULL if masks is None else ffi.from_buffer("uint32_t[]", masks),
+                                       u, self._n_acc, self._tok, self._probs_out if probs or top else ffi.NULL))
         n_acc, new = int(self._n_acc[0]), int(self._tok[0])
-        self.last_probs = list(self._probs_out[0:n_acc + 1]) if self.want_probs else None
-        if self.want_top:                 # one native call per emitted token
-            self.last_top = [self._top(rows[i], history, draft[:i], None if mask_rows is None else mask_rows[i])
-                             for i in range(n_acc + 1)]
-        if self.constraint is not None:
-            # back to the accepted prefix, then the emitted token (allowed: it was chosen under the mask)
-            self.constraint.rollback(self._n_tentative - n_acc)
-            self._n_tentative = 0
-            self.constraint.accept(new)
-        return n_acc, new
+        return Verdict(n_acc, new, list(self._probs_out[0:n_acc + 1]) if probs or top else None,
+                       [self._top(rows[i], history, draft[:i], None if masks is None else masks[i], top)
+                        for i in range(n_acc + 1)] if top else None)     # one native call per emitted token
 
     def _top(self, row: np.ndarray, history: Sequence[int], extra: Sequence[int],
-             mask: np.ndarray | None) -> list[tuple[int, float]]:
+             mask: np.ndarray | None, n: int) -> list[tuple[int, float]]:
         hist, n_hist = self._history(history, extra)
         check(lib.pymtp_sampler_top(self._native, ffi.from_buffer("float[]", row), hist, n_hist,
                                     ffi.NULL if mask is None else ffi.from_buffer("uint32_t[]", mask),
-                                    self.want_top, self._top_ids, self._top_lps, self._top_n))
+                                    n, self._top_ids, self._top_lps, self._top_n))
         return [(int(self._top_ids[j]), float(self._top_lps[j])) for j in range(self._top_n[0])]
 
-    def _verify_masks(self, draft: Sequence[int]) -> np.ndarray:
-        """Masks for verify rows 0..k: the constraint's state before each draft token and after
-        the last. Rows a drafter masked while drafting are kept; the rest of the draft is walked
-        (a token the constraint refuses ends the walk: its row rejects it, later rows go unread)."""
-        c, k = self.constraint, len(draft)
-        if self._n_tentative > k:                  # a drafter drew tokens it then dropped (p_min)
-            c.rollback(self._n_tentative - k)
-            self._n_tentative = k
-        i = self._n_tentative
-        while i <= k:
-            c.fill_mask(self._masks[i])
-            if i == k or not mask_allows(self._masks[i], draft[i]) or not c.accept(draft[i]):
-                break
-            i += 1
-            self._n_tentative = i
-        return self._masks[: k + 1]
+
+def _mask_ptr(mask: np.ndarray | None, n_vocab: int):
+    """A packed bitmask as the native calls take it (NULL: every token allowed)."""
+    if mask is None:
+        return ffi.NULL
+    if mask.dtype not in (np.uint32, np.int32) or mask.size != (n_vocab + 31) // 32 or not mask.flags.c_contiguous:
+        raise ValueError(f"a mask is {(n_vocab + 31) // 32} C-contiguous uint32 words")
+    return ffi.from_buffer("uint32_t[]", mask)

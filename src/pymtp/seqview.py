@@ -3,33 +3,72 @@
 Batched generation (pymtp.batch) runs several texts in one TargetContext and one
 DraftContext, each text in its own sequence (seq_id). An MTPSpeculator, its MTPDrafter and
 its rollback work on a view bound to that seq_id, with the calls they make on a
-single-sequence context; only the batched decodes (pymtp.batch) address several sequences.
+single-sequence context; the engine's shared decodes address ``view.ctx`` with the views'
+seq_ids (a context used whole is the handle of its sequence 0: ``ctx.ctx``, ``ctx.seq_id``).
 
-Each view counts the writes to its own sequence (``n_writes``), so a speculator's check that
-nothing else changed its cache (prompt reuse) sees its sequence only.
+A view's ``write_count()`` is its sequence's count of writes, kept by the context, so a
+speculator's check that nothing else changed its cache (prompt reuse) sees its sequence only.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .model import DraftContext, TargetContext, _Context
+from .model import DraftContext, Model, TargetContext, _Context
 
 
 class _SeqView:
+    is_draft = False
+
     def __init__(self, ctx: TargetContext | DraftContext, seq_id: int, *, n_ctx: int | None = None) -> None:
         self.ctx = ctx
         self.seq_id = seq_id
-        self.n_writes = 0
         # the positions this sequence may use (the contexts' cells are shared: n_ctx each)
         self.n_ctx = n_ctx if n_ctx is not None else ctx.n_ctx
 
-    def __getattr__(self, name: str):
-        # the rest (model, n_ctx, n_batch, n_embd, logits(), hidden(), lock...) is the context's
-        return getattr(self.ctx, name)
+    # ---- the shared context's facts ------------------------------------------------------------
+
+    @property
+    def model(self) -> Model:
+        return self.ctx.model
+
+    @property
+    def lock(self):
+        return self.ctx.lock
+
+    @property
+    def n_batch(self) -> int:
+        return self.ctx.n_batch
+
+    @property
+    def n_embd(self) -> int:
+        return self.ctx.n_embd
+
+    @property
+    def n_vocab(self) -> int:
+        return self.ctx.n_vocab
+
+    @property
+    def n_rs_seq(self) -> int:
+        return self.ctx.n_rs_seq
+
+    @property
+    def closed(self) -> bool:
+        return self.ctx.closed
+
+    def logits(self) -> np.ndarray:
+        """The shared context's logits of its last decode (rows of every sequence in it)."""
+        return self.ctx.logits()
+
+    def hidden(self) -> np.ndarray:
+        return self.ctx.hidden()
+
+    def write_count(self) -> int:
+        return self.ctx.write_count(self.seq_id)
+
+    # ---- this sequence's memory ----------------------------------------------------------------
 
     def seq_rm(self, p0: int, p1: int = -1) -> None:
-        self.n_writes += 1
         self.ctx.seq_rm(p0, p1, seq_id=self.seq_id)
 
     def pos_max(self) -> int:
@@ -44,7 +83,6 @@ class _SeqView:
         return self.ctx.get_state(self.seq_id, partial=partial)
 
     def set_state(self, state: np.ndarray, *, partial: bool = False) -> None:
-        self.n_writes += 1
         self.ctx.set_state(state, self.seq_id, partial=partial)
 
 
@@ -52,30 +90,33 @@ class TargetView(_SeqView):
     """A TargetContext's sequence seq_id."""
 
     def decode(self, tokens, pos0: int, *, output=None) -> None:
-        self.n_writes += 1
         self.ctx.decode(tokens, pos0, seq_id=self.seq_id, output=output)
 
     def checkpoint_save(self) -> None:
         self.ctx.checkpoint_save(self.seq_id)
 
     def checkpoint_restore(self) -> None:
-        self.n_writes += 1
         self.ctx.checkpoint_restore(self.seq_id)
 
 
 class DraftView(_SeqView):
     """A DraftContext's sequence seq_id."""
 
-    def decode(self, tokens, pos0: int, hidden_first: np.ndarray, hidden_rest: np.ndarray | None = None, *,
-               output=None) -> None:
-        self.n_writes += 1
-        self.ctx.decode(tokens, pos0, hidden_first, hidden_rest, seq_id=self.seq_id, output=output)
+    is_draft = True
 
-    def draft_greedy(self, pos: int, n_max: int, p_min: float, out_ids, out_probs) -> int:
-        self.n_writes += 1
-        return self.ctx.draft_greedy(pos, n_max, p_min, out_ids, out_probs, seq_id=self.seq_id)
+    @property
+    def vocab_size(self) -> int:
+        return self.ctx.vocab_size
+
+    @property
+    def vocab_ids(self) -> np.ndarray:
+        return self.ctx.vocab_ids
 
     def set_vocab(self, token_ids) -> None:
         # the whole context's: every sequence drafts with the same trimmed vocabulary
         if not np.array_equal(np.unique(np.asarray(token_ids, dtype=np.int64)), self.ctx.vocab_ids):
             self.ctx.set_vocab(token_ids)
+
+    def set_head(self, head: int) -> None:
+        # the whole context's: chained heads draft one sequence at a time
+        self.ctx.set_head(head)

@@ -5,7 +5,7 @@ all run on one. The contexts are made on first use and reused by every generatio
 after; a generation holds ``session.lock`` while it touches them.
 
 A Session also answers the model's own questions (``tokenize``, ``n_vocab``,
-``apply_chat_template``...) by passing them to ``session.model``.
+``apply_chat_template``...: each named here) from ``session.model``.
 """
 
 from __future__ import annotations
@@ -14,15 +14,14 @@ import os
 import re
 from collections import OrderedDict
 from pathlib import Path
+from typing import Sequence
 
 from . import default_model
 from .config import SamplingConfig, SpecConfig
 from .errors import InvalidHandleError, UnsupportedError
 from .model import DraftContext, Model, TargetContext
 from .rollback import n_rs_seq_for
-from .drafter import MTPDrafter
-from .hybrid import HybridDrafter
-from .lookup import PromptLookupDrafter
+from .drafters import check_can_draft, drafter_kind, make_drafter
 from .prompt_cache import PromptCache, read_text, write_text
 from .speculator import MTPSpeculator
 
@@ -58,6 +57,11 @@ def default_n_ctx(model: Model) -> int:
     train = model.n_ctx_train or 4096
     fits = budget // kv_bytes_per_position(model) // 256 * 256
     return max(min(train, 256), min(train, fits))
+
+
+def _from_model(name: str, kind: type) -> property:
+    """A Session property that is its model's fact of that name."""
+    return property(lambda self: getattr(self.model, name), doc=f"session.model.{name} ({kind.__name__})")
 
 
 class Session:
@@ -136,13 +140,8 @@ class Session:
         """A speculator over this session's contexts (spec None: plain decoding). The last one is
         kept while the contexts and the drafter kind stay the same: its caches are reused."""
         target, draft = self._ensure_contexts()
-        kind = None if spec is None else spec.drafter
-        if kind in ("mtp", "hybrid") and draft is None:
-            m = self.model
-            raise UnsupportedError(
-                f"{m.path.name} has no MTP blocks (architecture {m.architecture}, n_mtp_layers={m.n_mtp_layers}, "
-                f"loaded={m.mtp_loaded}): speculative decoding needs them. Run it with speculative=False, "
-                "or draft by prompt lookup: speculative={'drafter': 'lookup'}.")
+        kind = drafter_kind(spec)
+        check_can_draft(self.model, kind)
         last = self._speculator
         if last is not None and last.target is target and self._speculator_kind == kind:
             last.configure(spec or SpecConfig())
@@ -151,10 +150,7 @@ class Session:
             return last
         if last is not None and last.target is target:
             last.stash()                 # its text stays reachable when that kind comes back
-        drafter = (draft if kind == "mtp" else
-                   PromptLookupDrafter(self.model.n_vocab) if kind == "lookup" else
-                   HybridDrafter(MTPDrafter(draft), PromptLookupDrafter(self.model.n_vocab)) if kind == "hybrid"
-                   else None)
+        drafter = make_drafter(kind, self.model, draft)
         self._speculator = MTPSpeculator(target, drafter, sampling, spec or SpecConfig())
         self._speculator.cache = self.prompt_cache
         self._speculator_kind = kind
@@ -189,6 +185,52 @@ class Session:
                                  f"{self.prompt_cache.max_bytes >> 20} MB (Session(cache_mb=...))")
             self.prompt_cache.put(text, self.model.is_recurrent)
             return text.n_past
+
+    # ---- the model's tokenizer and facts (answered by session.model) ----------------------------
+
+    def tokenize(self, text: str | bytes, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        return self.model.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, tokens: Sequence[int], *, render_special: bool = False) -> str:
+        return self.model.detokenize(tokens, render_special=render_special)
+
+    def detokenize_bytes(self, tokens: Sequence[int], *, render_special: bool = False) -> bytes:
+        return self.model.detokenize_bytes(tokens, render_special=render_special)
+
+    def token_bytes(self, token: int, *, render_special: bool = False) -> bytes:
+        return self.model.token_bytes(token, render_special=render_special)
+
+    def meta(self, key: str) -> str | None:
+        return self.model.meta(key)
+
+    def chat_template(self, name: str | None = None) -> str | None:
+        return self.model.chat_template(name)
+
+    def apply_chat_template(self, messages: Sequence[dict], *, add_assistant: bool = True,
+                            template: str | None = None) -> str:
+        return self.model.apply_chat_template(messages, add_assistant=add_assistant, template=template)
+
+    path = _from_model("path", Path)
+    architecture = _from_model("architecture", str)
+    description = _from_model("description", str)
+    n_vocab = _from_model("n_vocab", int)
+    n_embd = _from_model("n_embd", int)
+    n_layer = _from_model("n_layer", int)
+    n_mtp_layers = _from_model("n_mtp_layers", int)
+    mtp_loaded = _from_model("mtp_loaded", bool)
+    n_ctx_train = _from_model("n_ctx_train", int)
+    n_swa = _from_model("n_swa", int)
+    is_recurrent = _from_model("is_recurrent", bool)
+    is_hybrid = _from_model("is_hybrid", bool)
+    supports_rollback = _from_model("supports_rollback", bool)
+    bos = _from_model("bos", int)
+    eos = _from_model("eos", int)
+    eot = _from_model("eot", int)
+    add_bos = _from_model("add_bos", bool)
+    n_params = _from_model("n_params", int)
+    size_bytes = _from_model("size_bytes", int)
+    rpc_servers = _from_model("rpc_servers", list)
+    failed = _from_model("failed", bool)
 
     # ---- per-token facts, cached (asked once per emitted token) --------------------------------
 
@@ -231,12 +273,6 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def __getattr__(self, name: str):
-        # Only reached for names a Session lacks: the model's metadata and tokenizer.
-        if name.startswith("__") or name == "model":
-            raise AttributeError(name)
-        return getattr(self.model, name)
 
     def __repr__(self) -> str:
         return f"Session({self.model.path.name!r}, n_ctx={self.n_ctx}, closed={self.closed})"

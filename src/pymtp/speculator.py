@@ -38,12 +38,14 @@ import enum
 import time
 
 from .config import SamplingConfig, SpecConfig
+from . import engine
 from .drafter import Draft, Drafter, MTPDrafter
 from .errors import PymtpError, UnsupportedError
 from .model import DraftContext, TargetContext, last_row_only
 from .policy import make_policy
 from .prompt_cache import PromptCache, PromptMark, SavedText, usable_prefix
 from .rollback import rollback_for
+from .constraint_state import ConstraintState
 from .sampling import LogitsProcessor, Sampler, TokenConstraint
 from .stats import SpecStats, StepResult
 
@@ -77,6 +79,8 @@ class MTPSpeculator:
         self.drafter = MTPDrafter(draft) if isinstance(draft, DraftContext) else draft
         self.sampling = sampling or SamplingConfig()
         self.sampler: Sampler | None = None
+        self.constraint: ConstraintState | None = None     # the text's constraint while it generates
+        self.logprobs, self.top_logprobs = False, 0        # what each verify reports besides the tokens
         self.configure(spec or SpecConfig())
         self.tokens: list[int] = []
         self.n_past = 0
@@ -123,11 +127,10 @@ class MTPSpeculator:
         if sampling is not None:
             self.sampling = sampling
         self.configure(self.spec)        # a fresh policy, and a rollback with no mark of an earlier text
-        self.sampler.configure(self.sampling)      # and a fresh RNG from the seed
-        self.sampler.constrain(constraint)
-        self.sampler.logits_processor = logits_processor
-        self.sampler.want_probs = logprobs or top_logprobs > 0
-        self.sampler.want_top = top_logprobs
+        self.sampler.configure(self.sampling, logits_processor)      # and a fresh RNG from the seed
+        self.constraint = (None if constraint is None else
+                           ConstraintState(constraint, self.model.n_vocab, self.sampler.n_slots))
+        self.logprobs, self.top_logprobs = logprobs or top_logprobs > 0, top_logprobs
         self.stats = SpecStats(n_prompt=len(prompt), draft_vocab=self.drafter.vocab_size if self.drafter else 0)
         t0 = time.perf_counter()
         keep, why = self._choose_text(prompt)
@@ -269,7 +272,7 @@ class MTPSpeculator:
 
     def _write_counts(self) -> tuple[int, int]:
         d = self.drafter.write_count() if self.drafter else 0
-        return self.target.n_writes, d
+        return self.target.write_count(), d
 
     def _remember_writes(self) -> None:
         self._writes = self._write_counts()
@@ -281,28 +284,12 @@ class MTPSpeculator:
         return self.target.n_ctx - self.n_past
 
     def step(self, max_new: int | None = None) -> StepResult:
-        """Advance one speculative step: draft, verify, accept, roll back, hand off.
+        """Advance one speculative step: draft, verify, accept, roll back, hand off (the
+        engine's step for a batch of one: pymtp.engine).
 
         max_new bounds the tokens this step may emit (drafts are sized so as
         not to waste work past it)."""
-        self.check_ready()
-        t0 = time.perf_counter()
-        n_past, last = self.n_past, self.tokens[-1]
-        try:
-            # DRAFT
-            k = self.draft_length(max_new)
-            draft = (self.drafter.propose(last, n_past, k, self.sampler, self.tokens, self.policy.p_min)
-                     if k > 0 else Draft())
-            t1 = time.perf_counter()
-            # VERIFY: one target decode of [last, d1..dk]
-            batch = [last] + draft.tokens
-            self.rollback.mark(n_past, batch)     # a plain step too: a failure must undo its decode
-            self.target.decode(batch, n_past)
-            t2 = time.perf_counter()
-            return self.settle(draft, self.target.logits(), self._hidden() if self.drafter else None, t0, t1, t2)
-        except BaseException:
-            self.recover(n_past)
-            raise
+        return engine.step([self], [max_new])[0]
 
     def check_ready(self) -> None:
         if self.state is not State.READY:
@@ -325,8 +312,13 @@ class MTPSpeculator:
         hidden: this sequence's rows of that decode): ACCEPT, HANDOFF, ROLLBACK, POLICY."""
         n_past = self.n_past
         # ACCEPT
-        n_acc, new = self.sampler.verify(logits, draft.tokens, None if draft.q_in_sampler else draft.probs,
-                                         self.tokens)
+        c = self.constraint
+        verdict = self.sampler.verify(logits, draft.tokens, draft.q, self.tokens,
+                                      masks=None if c is None else c.verify_masks(draft.tokens),
+                                      probs=self.logprobs, top=self.top_logprobs)
+        n_acc, new = verdict.n_accepted, verdict.token
+        if c is not None:
+            c.settle(n_acc, new)
         accepted = [self.tokens[-1]] + draft.tokens[:n_acc]     # now part of the text, in the target KV
         # HANDOFF (the drafter copies the rows: views die with the next decode)
         if self.drafter:
@@ -350,7 +342,7 @@ class MTPSpeculator:
         if self.drafter:
             self.drafter.accepted(len(draft.tokens), n_acc)
         result = StepResult(draft.tokens, n_acc, emitted, t_draft, t_verify, time.perf_counter() - t0, source,
-                            self.sampler.last_probs, self.sampler.last_top if self.sampler.want_top else None)
+                            verdict.probs, verdict.top)
         self.stats.record(result)
         self._remember_writes()
         return result
@@ -367,7 +359,8 @@ class MTPSpeculator:
             self._prefill(self.tokens[:n_past], 0)
         if self.drafter:
             self.drafter.reset()
-        self.sampler.discard_tentative()
+        if self.constraint is not None:
+            self.constraint.discard()
         self._remember_writes()
 
     def close(self) -> None:

@@ -9,18 +9,26 @@ from __future__ import annotations
 
 import codecs
 import math
+from typing import Protocol
 
 from .config import GenerationConfig
 from .stats import GenerationResult, SpecStats, StepResult
+
+
+class Vocabulary(Protocol):
+    """What a TextOutput asks of the model (a Session caches both answers; a Model works too)."""
+
+    def piece(self, token: int) -> bytes: ...
+    def is_eog(self, token: int) -> bool: ...
 
 
 class TextOutput:
     """Feed it each StepResult (``take``); it says what text is safe to show and when the
     generation is finished (``finish``: "stop", "length" or "context"; None while running)."""
 
-    def __init__(self, model, limits: GenerationConfig, *, logprobs: bool = False, top_logprobs: int = 0,
+    def __init__(self, vocab: Vocabulary, limits: GenerationConfig, *, logprobs: bool = False, top_logprobs: int = 0,
                  constraint=None) -> None:
-        self.model = model               # a Session or a Model: is_eog(), piece bytes
+        self.vocab = vocab
         self.limits = limits
         self.logprobs = logprobs or top_logprobs > 0
         self.top_logprobs = top_logprobs
@@ -43,7 +51,7 @@ class TextOutput:
         it); returns the text that became safe to show ("" for none)."""
         limits = self.limits
         for j, tok in enumerate(step.emitted):
-            if not limits.ignore_eos and self.model.is_eog(tok):
+            if not limits.ignore_eos and self.vocab.is_eog(tok):
                 self.finish = "stop"
                 break
             self.tokens.append(tok)
@@ -51,7 +59,7 @@ class TextOutput:
                 self.token_logprobs.append(math.log(step.probs[j]) if step.probs[j] > 0 else -math.inf)
             if step.top is not None:
                 self.token_tops.append(step.top[j])
-            self.text += self._decoder.decode(_piece(self.model, tok))
+            self.text += self._decoder.decode(self.vocab.piece(tok))
             self._cut = _find_stop(self.text, limits.stop, self.sent) if limits.stop else None
             if self._cut is not None:
                 self.text = self.text[:self._cut]
@@ -91,11 +99,6 @@ class TextOutput:
         return GenerationResult(self.text, self.tokens, prompt_tokens, self.finish, stats,
                                 self.token_logprobs if self.logprobs else None,
                                 self.token_tops if self.top_logprobs else None)
-
-
-def _piece(model, tok: int) -> bytes:
-    piece = getattr(model, "piece", None)       # a Session caches pieces
-    return piece(tok) if piece is not None else model.token_bytes(tok)
 
 
 def _find_stop(text: str, stops: tuple[str, ...], sent: int) -> int | None:
