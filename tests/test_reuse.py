@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import pymtp
+from pymtp import SpecConfig
 from pymtp.speculator import MTPSpeculator
 from pymtp_testing.fixtures import FAMILIES
 
@@ -22,7 +23,9 @@ def fresh(session: pymtp.Session, prompt: list[int], **kw) -> pymtp.GenerationRe
 
 
 def spec_kw(session) -> dict:
-    return {"speculative": bool(session.model.mtp_loaded), "max_tokens": N, "ignore_eos": True}
+    # fixed drafts: the auto policy's choices follow measured seconds, and these tests compare runs
+    spec = SpecConfig(policy="fixed") if session.model.mtp_loaded else False
+    return {"speculative": spec, "max_tokens": N, "ignore_eos": True}
 
 
 @pytest.mark.parametrize("family", FAMILIES_ALL)
