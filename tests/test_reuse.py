@@ -162,3 +162,24 @@ def _alternate_1000(s):
     growth = _rss_mb() - before
     print(f"RSS growth over 1000 alternating conversations: {growth:.1f} MB")
     assert growth < 16, f"RSS grew {growth:.1f} MB"
+
+
+def test_plain_steps_keep_the_prefix_for_the_next_turn(models, same_greedy):
+    """Steps that draft nothing (the auto policy's k = 0, here with costs that make drafting lose)
+    leave the head's inputs queued; the next prompt that extends the text keeps the prefix."""
+    from pymtp.policy import CostModel, use_costs
+
+    s = models("glm4moe")
+    s.prompt_cache.clear()
+    use_costs(s.model, CostModel.table({1: 1.0, 2: 50.0}, c_draft=50.0))
+    try:
+        kw = {"speculative": SpecConfig(policy="auto"), "max_tokens": 6, "ignore_eos": True}
+        p1 = s.tokenize("def parse(line):\n    return line.split()\n\n")
+        r1 = pymtp.generate(p1, s, **kw)
+        assert r1.stats.n_drafted == 0
+        p2 = p1 + r1.tokens + s.tokenize("\n# next", add_special=False)
+        r2 = pymtp.generate(p2, s, **kw)
+    finally:
+        use_costs(s.model, None)
+    assert r2.stats.n_reused >= len(p1) + len(r1.tokens) - 2, r2.stats.reuse_miss
+    same_greedy(s, p2, r2.tokens, fresh(s, p2, **{**spec_kw(s), "max_tokens": 6}).tokens)

@@ -260,6 +260,8 @@ class MTPDrafter(Drafter):
         """Keep at most the first n_keep positions of the draft KV; returns how many it kept
         (positions queued but not yet fed are dropped). The next observe() must start at
         position kept - 1, whose hidden row pairs with the token at kept."""
+        if n_keep > self._kv_end and self._feed:
+            self._flush()                # queued by plain steps (k = 0 drafts nothing): keep them too
         kept = min(n_keep, self._kv_end)
         self.rollback.trim(kept)
         self._kv_end = kept
