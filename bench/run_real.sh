@@ -9,8 +9,9 @@ out=${1:-bench/results/$(date +%Y%m%d-%H%M)}
 shift || true
 mkdir -p "$out"
 export PYTHONPATH=${PYTHONPATH:-src}
+fixture=$(PYTHONPATH="$PYTHONPATH:tests" python3 -m pymtp_testing.fixtures glm4moe noise=0.1)
 python3 -m pymtp.bench \
-    --model deep:fixture:glm4moe:noise=0.1 \
+    --model "deep:$fixture" \
     --prompts both --n-prompts 1 --temps 0,0.8 --drafts 1,2,3 \
     --repeats 2 --max-tokens 48 --threads 1 \
     --out "$out" "$@" | tee "$out/table.txt"

@@ -9,7 +9,7 @@ import pytest
 
 import pymtp
 from pymtp._native import build_info
-from pymtp.testing import fixtures
+from pymtp_testing import fixtures
 
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
           "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")

@@ -10,7 +10,7 @@ import pymtp
 from pymtp import GenerationConfig, SamplingConfig, SpecConfig
 from pymtp.batch import Batch
 from pymtp.errors import PymtpError, UnsupportedError
-from pymtp.testing.fixtures import FAMILIES
+from pymtp_testing.fixtures import FAMILIES
 
 from conftest import SAME_ROW_ATOL
 

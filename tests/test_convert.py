@@ -12,7 +12,7 @@ import pytest
 
 import pymtp
 from pymtp import convert
-from pymtp.testing import fixtures
+from pymtp_testing import fixtures
 from pymtp.quant import mtp_blocks, quantize
 
 TEXT = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n" * 2

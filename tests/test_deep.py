@@ -1,4 +1,4 @@
-"""pymtp.testing.deep: the deep/wide glm4moe variant predicts exactly what its source predicts."""
+"""pymtp.bench.deep: the deep/wide glm4moe variant predicts exactly what its source predicts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import pymtp
-from pymtp.testing.deep import deep_variant_path, main, make_deep
+from pymtp.bench.deep import deep_variant_path, main, make_deep
 
 PROMPTS = ("def f(x):", "import os\nimport sys\n", "the quick brown fox")
 TOKENS = "def f(x):\n    return x * 2 + 1  # the fox"
@@ -179,7 +179,7 @@ def test_rejects_other_architectures_and_narrowing(gguf, src, tmp_path):
 
 def test_the_tiny_models_bench_variant_predicts_the_same(tmp_path):
     """The benchmark shape of the tiny trained model: identical greedy output and acceptance."""
-    from pymtp.testing.deep import BENCH_SHAPE, deep_variant_path
+    from pymtp.bench.deep import BENCH_SHAPE, deep_variant_path
 
     path = deep_variant_path(cache_dir=tmp_path)
     small, deep = pymtp.load("tiny", n_ctx=512), pymtp.load(path, n_ctx=512)

@@ -53,8 +53,10 @@ import pymtp
 
 MODEL_DIR = Path(pymtp.__file__).resolve().parent / "models"
 GGUF = MODEL_DIR / "pymtp-default.gguf"
-REF = MODEL_DIR / "pymtp-default.reference.npz"
-TOKENIZER = MODEL_DIR / "pymtp-default.tokenizer.json"
+# The training records stay in the checkout, outside the wheel.
+TRAINING = Path(__file__).resolve().parents[1] / "training"
+REF = TRAINING / "pymtp-default.reference.npz"
+TOKENIZER = TRAINING / "pymtp-default.tokenizer.json"
 
 F16_ATOL = 0.05
 F16_HIDDEN_ATOL = 0.02

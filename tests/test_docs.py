@@ -62,7 +62,7 @@ def test_readme_python_runs(monkeypatch, capsys):
 
 
 def test_readme_server_snippet_runs(monkeypatch, capsys):
-    from pymtp.testing.server_load import start_server
+    from pymtp_testing.server_load import start_server
 
     (block,) = [b for b in python_blocks(README) if "OpenAI(" in b]
     served = re.search(r"--model-name (\S+)", README.read_text()).group(1)

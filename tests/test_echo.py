@@ -1,4 +1,4 @@
-"""pymtp.testing.echo: fixtures whose greedy text is known and whose head agrees a chosen fraction."""
+"""pymtp.bench.echo: fixtures whose greedy text is known and whose head agrees a chosen fraction."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import pymtp
 from pymtp.bench.base import BenchError
 from pymtp.bench.models import resolve_model
-from pymtp.testing.echo import (SMALL_SHAPE, EchoMaps, EchoShape, echo_path, main, make_echo, parse_name,
+from pymtp.bench.echo import (SMALL_SHAPE, EchoMaps, EchoShape, echo_path, main, make_echo, parse_name,
                                 shape_for_params)
-from pymtp.testing.fixtures import fixture_path
+from pymtp_testing.fixtures import fixture_path
 
 PROMPTS = ("def f(x):", "the quick brown fox", "import os\nimport sys\n")
 N_TOK = 400

@@ -16,7 +16,7 @@ from pymtp.drafters import make_drafter
 from pymtp.errors import UnsupportedError
 from pymtp.hybrid import HybridDrafter
 from pymtp.lookup import PromptLookupDrafter
-from pymtp.testing.fixtures import FAMILIES, PLAIN_FAMILIES
+from pymtp_testing.fixtures import FAMILIES, PLAIN_FAMILIES
 
 from conftest import SAME_ROW_ATOL
 

@@ -72,7 +72,7 @@ def test_agent_tools(monkeypatch, capsys):
 
 
 def test_extract_json_through_the_server(monkeypatch, capsys):
-    from pymtp.testing.server_load import start_server
+    from pymtp_testing.server_load import start_server
 
     with start_server(["--model-name", "smollm2"]) as server:
         g = run_example("extract_json.py", f"{server.url}/v1", monkeypatch=monkeypatch)

@@ -1,4 +1,4 @@
-"""The random-weight fixture models (pymtp.testing.fixtures) load and exercise every MTP path."""
+"""The random-weight fixture models (pymtp_testing.fixtures) load and exercise every MTP path."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 import pymtp
 
-from pymtp.testing.fixtures import (  # noqa: E402
+from pymtp_testing.fixtures import (  # noqa: E402
     FAMILIES,
     FIXTURE_VERSION,
     PLAIN_FAMILIES,

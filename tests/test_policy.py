@@ -28,7 +28,7 @@ from pymtp.policy import (
     use_costs,
 )
 from pymtp.speculator import MTPSpeculator
-from pymtp.testing.echo import EchoMaps, make_echo
+from pymtp.bench.echo import EchoMaps, make_echo
 
 #: Verifying more rows costs little (a GPU-like table): drafting wins wherever drafts are accepted.
 CHEAP = {1: 1.0, 2: 1.05, 3: 1.1, 4: 1.15, 5: 1.2, 8: 1.35, 16: 1.7, 32: 2.4}

@@ -149,7 +149,7 @@ def _write_gguf(path, arch: str, *, trunk: bool = True):
     """A tiny GGUF of any architecture name: a llama-shaped trunk and the fixtures' byte vocabulary."""
     from gguf import GGUFWriter
 
-    from pymtp.testing.fixtures import add_byte_bpe_vocab, byte_vocab
+    from pymtp_testing.fixtures import add_byte_bpe_vocab, byte_vocab
 
     tokens, merges, types = byte_vocab()
     n_vocab, n_embd, n_ff, n_head = len(tokens), 32, 64, 4

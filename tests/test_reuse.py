@@ -8,7 +8,7 @@ import pytest
 
 import pymtp
 from pymtp.speculator import MTPSpeculator
-from pymtp.testing.fixtures import FAMILIES
+from pymtp_testing.fixtures import FAMILIES
 
 FAMILIES_ALL = [*FAMILIES, "glm4moe-nomtp"]
 RECURRENT = {"qwen35", "qwen35moe", "qwen3next"}

@@ -3,7 +3,7 @@
 Each "host" is a ggml-rpc-server in a network namespace of its own, joined to this one by a
 veth pair (addresses 10.233.<i>.0/30); where namespaces cannot be made (no root, no iproute2)
 the servers listen on 127.0.0.1, and the test prints which mode it ran. Latency is added by a
-user-space proxy (pymtp.testing.netns.DelayProxy): tc netem needs sch_netem, which this
+user-space proxy (pymtp_testing.hosts.DelayProxy): tc netem needs sch_netem, which this
 project's CI kernels lack. Every namespace and process a test starts is removed by its id.
 """
 
@@ -16,9 +16,9 @@ import time
 import pytest
 
 import pymtp
-from pymtp.testing import hosts as machine
+from pymtp_testing import hosts as machine
 from pymtp.errors import ModelLoadError, PymtpError
-from pymtp.testing.hosts import DelayProxy, Namespace, netns_unavailable
+from pymtp_testing.hosts import DelayProxy, Namespace, netns_unavailable
 
 N = 12
 WHY_NO_NETNS = netns_unavailable()

@@ -12,7 +12,7 @@ import pytest
 
 from pymtp import SamplingConfig
 from pymtp.sampling import Sampler
-from pymtp.testing.reference_sampling import reference_draw, reference_probs, softmax
+from pymtp_testing.reference_sampling import reference_draw, reference_probs, softmax
 
 from test_distribution import P_EXACT, _residual_ignored, goodness_of_fit
 

@@ -17,7 +17,7 @@ import time
 import pytest
 from conftest import CHATML
 
-from pymtp.testing.server_load import Case, Load, log_problems, start_server
+from pymtp_testing.server_load import Case, Load, log_problems, start_server
 
 F_SETPIPE_SZ, F_GETPIPE_SZ = 1031, 1032
 

@@ -4,7 +4,7 @@
 Streams closed after 1-6 events (n=3 ones too), long and short prompts, stop strings, n=3,
 completions and chats, sampled requests, bad requests (malformed JSON, an oversized body, an
 unknown model, invalid fields, no API key) and, with a queue of 4, requests beyond it
-(pymtp.testing.server_load). Every greedy response that completes equals the same request
+(pymtp_testing.server_load). Every greedy response that completes equals the same request
 answered alone; a refused request got 503 with Retry-After; the server's count of the run
 agrees with the clients'; every closed stream's slot was freed before the next step; the log
 has one access line per request and no traceback or error; the RSS stays put; the run has a
@@ -19,7 +19,7 @@ import time
 import pytest
 from conftest import CHATML
 
-from pymtp.testing.server_load import Load, log_problems, start_server
+from pymtp_testing.server_load import Load, log_problems, start_server
 
 CLIENTS, PER_CLIENT = 16, 10
 KEY = "load-test-key"

@@ -9,7 +9,7 @@ import pytest
 
 import pymtp
 from pymtp import MTPSpeculator, SamplingConfig, SpecConfig
-from pymtp.testing.fixtures import FAMILIES
+from pymtp_testing.fixtures import FAMILIES
 
 from conftest import SAME_ROW_ATOL
 

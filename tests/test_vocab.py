@@ -1,4 +1,4 @@
-"""pymtp.testing.vocab: a padded-vocabulary variant predicts what its source does."""
+"""pymtp.bench.vocab: a padded-vocabulary variant predicts what its source does."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import pymtp
 from pymtp.bench import resolve_model
 from pymtp.config import SpecConfig
-from pymtp.testing.vocab import TOKEN_TYPE_UNUSED, _pad_rows, make_padded
+from pymtp.bench.vocab import TOKEN_TYPE_UNUSED, _pad_rows, make_padded
 
 N_VOCAB = 4096
 PROMPTS = ("def f(x):\n    return", "The weather today", "import os\n")
@@ -68,9 +68,10 @@ def test_calibrated_rows_are_negative_multiples_of_one_row():
     assert not _pad_rows(a, 5, None, seed=0)[3:].any()
 
 
-def test_bench_resolves_padded_models(tmp_path, monkeypatch):
+def test_bench_resolves_padded_models(tmp_path, monkeypatch, gguf):
+    src = gguf("glm4moe")
     monkeypatch.setenv("PYMTP_CACHE_DIR", str(tmp_path))
-    path = resolve_model(f"vocab:{N_VOCAB}:fixture:glm4moe")
+    path = resolve_model(f"vocab:{N_VOCAB}:{src}")
     assert path.is_file() and f"v{N_VOCAB}" in path.name and path.parent == tmp_path / "vocab"
     r = gguf_pkg.GGUFReader(str(path))
     assert r.fields["glm4moe.vocab_size"].contents() == N_VOCAB

@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     fz = _load_fuzz_module()
-    from pymtp.testing import fixtures
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # pymtp_testing: the checkout's test helpers
+    from pymtp_testing import fixtures
 
     work = Path(tempfile.mkdtemp(prefix="pymtp-fuzz-"))
     layouts = {}

@@ -1,7 +1,7 @@
 """Load and fault test of ``pymtp serve``, with its figures: requests per second and p50 / p99 latency at
 1, 4 and 16 clients, the fault mix (streams closed after 1-6 events, n=3, bad and oversized
 requests), the time from a client's close to its freed slot, and refusals under overload
-(pymtp.testing.server_load).
+(pymtp_testing.server_load).
 
 Starts ``pymtp serve`` on 127.0.0.1 with the model given (the default model by default), or
 drives a server already running (--url; --pid to read its RSS; no overload phase then). Exit
@@ -15,12 +15,15 @@ differs from the same request answered alone, a hung client, a traceback in the 
 
 from __future__ import annotations
 
+from pathlib import Path
 import argparse
 import json
 import statistics
 import sys
 
-from pymtp.testing.server_load import Load, Report, log_problems, rss_bytes, start_server
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # pymtp_testing: the checkout's test helpers
+
+from pymtp_testing.server_load import Load, Report, log_problems, rss_bytes, start_server
 
 
 def server_args(a, max_queue: int) -> list[str]:

@@ -1,4 +1,4 @@
-"""What the padding of a padded-vocabulary variant (pymtp.testing.vocab) does: greedy output
+"""What the padding of a padded-vocabulary variant (pymtp.bench.vocab) does: greedy output
 against the source model, and the probability mass the padded tokens take.
 
     python tools/measure_padded_vocab.py [--n-vocab 248320] [--src model.gguf] [--max-tokens 64]
@@ -21,7 +21,7 @@ import pymtp
 from pymtp.bench import code_prompts, prose_prompts
 from pymtp.config import SpecConfig
 from pymtp.default_model import resolve
-from pymtp.testing.vocab import padded_vocab_path
+from pymtp.bench.vocab import padded_vocab_path
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ tokens/s of plain and speculative decoding, and bytes crossing the network per g
     python tools/measure_rpc.py [--model default] [--delays 0,1,5] [--repeats 3] [--tokens 64]
                                 [--out build/rpc.json]
 
-Each host is a ggml-rpc-server in its own network namespace (pymtp.testing.netns), holding half
+Each host is a ggml-rpc-server in its own network namespace (pymtp_testing.hosts), holding half
 the layers; the MTP block stays local (and, for comparison, remote). Latency is added by a
 user-space proxy in front of each server (tc netem needs the kernel's sch_netem); bytes are
 read from the veth pairs' counters. The same prompts run in one process for reference. Runs
@@ -13,6 +13,7 @@ are interleaved (plain, speculative) and medians reported.
 
 from __future__ import annotations
 
+import sys
 import argparse
 import json
 import statistics
@@ -20,9 +21,11 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # pymtp_testing: the checkout's test helpers
+
 import pymtp
-from pymtp.testing import hosts
-from pymtp.testing.hosts import DelayProxy, Namespace, netns_unavailable
+from pymtp_testing import hosts
+from pymtp_testing.hosts import DelayProxy, Namespace, netns_unavailable
 
 PROMPTS = ("def fibonacci(n):", "The history of the printing press", "import json\n\ndef load_config(path):")
 

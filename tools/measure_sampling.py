@@ -10,15 +10,19 @@ nucleus is wide (top-p's worst case).
 
 from __future__ import annotations
 
+from pathlib import Path
+import sys
 import argparse
 import statistics
 import time
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # pymtp_testing: the checkout's test helpers
+
 from pymtp import SamplingConfig
 from pymtp.sampling import Sampler
-from pymtp.testing.reference_sampling import reference_draw, reference_probs
+from pymtp_testing.reference_sampling import reference_draw, reference_probs
 
 SETTINGS = {
     "greedy": dict(temperature=0.0),

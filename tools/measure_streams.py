@@ -15,6 +15,7 @@ measures one generation at a time.
 
 from __future__ import annotations
 
+from pathlib import Path
 import argparse
 import json
 import statistics
@@ -24,8 +25,10 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # pymtp_testing: the checkout's test helpers
+
 import pymtp
-from pymtp.testing.hosts import free_port
+from pymtp_testing.hosts import free_port
 
 PROMPTS = ["def fibonacci(n):", "The history of the printing press", "import json\n\ndef load(path):",
            "class Stack:\n    def push(self, x):", "Once upon a time", "SELECT name FROM users WHERE",

@@ -12,6 +12,7 @@ Exit status 1 when a bound (--max-growth-mib, per phase) is exceeded.
 
 from __future__ import annotations
 
+from pathlib import Path
 import argparse
 import gc
 import os
@@ -36,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import pymtp
-    from pymtp.testing import fixtures
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # pymtp_testing: the checkout's test helpers
+    from pymtp_testing import fixtures
 
     path = fixtures.fixture_path(args.family, cache_dir=os.path.join(tempfile.gettempdir(), "pymtp-soak"))
     prompts = ["Hello", "def add(a, b):", "The quick brown fox", "1, 2, 3,"]

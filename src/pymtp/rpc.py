@@ -12,13 +12,14 @@ k+1 hidden rows (n_embd floats each) instead of one, while the vocabulary-wide l
 computed here. A server that fails raises ``PymtpError`` (after at most ``rpc_timeout`` seconds of
 silence) and marks the model failed: close it and load it again.
 
-This module checks endpoints and sets the timeout; pymtp.testing.hosts builds the server from
-the pinned llama.cpp tree and runs servers on this machine (tests, benchmarks).
+This module checks endpoints, sets the timeout, and builds ``ggml-rpc-server`` from the pinned
+llama.cpp tree (``rpc_server_binary``); the test suite runs such servers on one machine.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Sequence
 
 #: Seconds an exchange with a server may stay silent before it counts as failed.
@@ -48,3 +49,14 @@ def set_timeout(seconds: float | None) -> None:
     if not seconds > 0:
         raise ValueError(f"rpc_timeout must be > 0 seconds, got {seconds!r}")
     os.environ["GGML_RPC_TIMEOUT_MS"] = str(max(1, int(seconds * 1000)))
+
+
+def rpc_server_binary() -> Path:
+    """llama.cpp's ggml-rpc-server from the pinned tree pymtp is built from, built into the
+    cache on first use ($PYMTP_RPC_SERVER: use that binary instead)."""
+    env = os.environ.get("PYMTP_RPC_SERVER")
+    if env:
+        return Path(env)
+    from .bench.llama_build import ensure_llama_tools
+
+    return Path(ensure_llama_tools(tools=("ggml-rpc-server",))["bins"]["ggml-rpc-server"])

@@ -3,7 +3,7 @@ and against llama.cpp's own MTP driver, on the same GGUF.
 
     pymtp bench                         # deep variant + default model, code and prose prompts
     pymtp bench --model m.gguf --temps 0 --drafts 1,2,3 --repeats 5 --out bench/out
-    pymtp bench --smoke --out /tmp/b    # seconds: tiny fixture, no llama.cpp tools
+    pymtp bench --smoke --out /tmp/b    # seconds: the tiny bundled model, no llama.cpp tools
     python -m pymtp.bench ...
 
 What runs, per model, temperature, repeat and prompt, interleaved in this order:
@@ -38,7 +38,10 @@ per step (step wall time minus native calls) and their share of the step.
 One module per job: ``prompts`` (held-out stdlib code and prose), ``models`` (--model
 values), ``llama_build`` (llama.cpp's tools), ``llama_log`` (their logs), ``runners``
 (one run of a variant), ``sampling`` (the settings), ``overhead`` (Python time per step, through
-``pymtp._native.instrument``), ``report`` (summary, table, plot), ``cli`` (main).
+``pymtp._native.instrument``), ``report`` (summary, table, plot), ``cli`` (main); the
+benchmark models it can build: ``deep`` (a deep, wide variant of a small model), ``vocab``
+(a padded vocabulary), ``echo`` / ``echo_weights`` (known text, chosen head agreement, any
+size) and ``byte_vocab`` (their tokenizer).
 """
 
 from .base import N_CTX, SCHEMA, SMOKE_TOKENS, BenchError

@@ -39,11 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", action="append", default=None, metavar="PATH",
                     help="GGUF to benchmark (repeatable); also 'default', 'deep' (its deep variant), "
-                         "'fixture:FAMILY[:k=v,...]', 'deep:SPEC' (the deep variant of SPEC), 'default-v151k', "
-                         "'default-v248k' (the default model padded to 151,552 / 248,320 tokens), 'vocab:N:SPEC', "
-                         "'echo-AGREE[-SIZE][-TYPE]' (an echo fixture whose head agrees with the trunk AGREE%% of the "
-                         "time, SIZE like 100m or 1.5b, TYPE f16, q8_0, q4_k_m...: echo-70, echo-80-1.5b, "
-                         "echo-100-q8_0; pymtp.testing.echo) "
+                         "'tiny', 'deep:SPEC' (the deep variant of SPEC), 'default-v151k', 'default-v248k' (the default "
+                         "model padded to 151,552 / 248,320 tokens), 'vocab:N:SPEC', 'echo-AGREE[-SIZE][-TYPE]' "
                          "(default: the deep variant and the default model)")
     ap.add_argument("--prompts", choices=("code", "prose", "both"), default="both")
     ap.add_argument("--n-prompts", type=int, default=3, help="prompts per set (default 3)")
@@ -69,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--out", default="bench-out", help="output directory (default ./bench-out)")
     ap.add_argument("--smoke", action="store_true",
-                    help="seconds: one tiny fixture, 1 prompt, 8 tokens, 1 repeat, no llama.cpp tools")
+                    help="seconds: the tiny bundled model, 1 prompt, 8 tokens, 1 repeat, no llama.cpp tools")
     return ap
 
 
@@ -112,7 +109,7 @@ def _check_args(args: argparse.Namespace) -> None:
         if args.prompts == "both":
             args.prompts = "code"
         if args.model is None:
-            args.model = ["fixture:glm4moe"]
+            args.model = ["tiny"]
     for name in ("repeats", "max_tokens", "n_prompts"):
         if getattr(args, name) < 1:
             raise BenchError(f"--{name.replace('_', '-')} must be at least 1")

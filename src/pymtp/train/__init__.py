@@ -1,4 +1,6 @@
-"""Training of pymtp's models (training-only: needs torch; nothing at runtime imports it).
+"""Training of pymtp's models: ``pip install 'pymtp-llm[train]'`` (torch, tokenizers); nothing at
+runtime imports it. Run from a source checkout: the defaults write the models into
+``src/pymtp/models`` and their records (loss curves, run records, references) into ``training/``.
 
     python -m pymtp.train                   # the default model's NextN head (distill.py)
     python -m pymtp.train.selfdistill       # multi-step soft distillation of that head (#30)

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from . import corpus, data
 from .head import (HeadConfig, NextNHead, gguf_weights, init_from_trunk_block, num_params, read_head_gguf,
                    write_head_gguf)
+from .records import RECORDS_DIR, record_path
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
 HEAD_FILE = "smollm2-135m-nextn.gguf"
@@ -256,7 +257,8 @@ def train_stage(stage: int, head, rows: Path, path: Path, W, args, steps: int, l
     for r in curve:
         r["stage"] = stage
     write_head_gguf(head, path)
-    write_curve(path.with_suffix(".loss.csv"), curve)
+    if path != Path(args.out):          # a stage's cache; the final curve goes to --records
+        write_curve(path.with_suffix(".loss.csv"), curve)
     meta[f"stage{stage}"] = {"train_windows": len(train.spans), "train_tokens": int(sum(e - s for s, e in train.spans)),
                              "vocab_subset_coverage": round(coverage, 5), "seconds": round(time.time() - t0, 1),
                              "final": curve[-1]}
@@ -268,6 +270,7 @@ def main(argv=None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", default="build/pymtp-head")
     ap.add_argument("--out", default=str(MODELS_DIR / HEAD_FILE))
+    ap.add_argument("--records", default=str(RECORDS_DIR), help="where the loss curve and the run record go")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--batch", type=int, default=8)
@@ -340,7 +343,9 @@ def main(argv=None) -> None:
                                      seed=args.seed + 1)
         rows2 = rows_for(teacher, texts2, work / "rows2.npz", args.stage2_code_tokens, args.seed + 1, llama_threads)
         curve += train_stage(2, head, rows2, out, W, args, args.stage2_steps, args.stage2_lr, args.steps, meta)
-    write_curve(out.with_suffix(".loss.csv"), curve)
+    curve_path = record_path(out, ".loss.csv", args.records)
+    curve_path.parent.mkdir(parents=True, exist_ok=True)
+    write_curve(curve_path, curve)
     meta["total_seconds"] = round(time.time() - t_start, 1)
-    out.with_suffix(".train.json").write_text(json.dumps(meta, indent=1) + "\n")
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB), {out.with_suffix('.loss.csv')}", flush=True)
+    record_path(out, ".train.json", args.records).write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB), {curve_path}", flush=True)

@@ -25,13 +25,14 @@ import torch.nn.functional as F
 
 from . import data
 from .model import GLM4MoEMTP, rope_neox
+from .records import record_path
 
 
 def load(args) -> tuple[GLM4MoEMTP, object]:
     from tokenizers import Tokenizer
 
     gguf_path = Path(args.gguf)
-    tok = Tokenizer.from_file(args.tokenizer or str(gguf_path.parent / (gguf_path.name[: -len(".gguf")] + ".tokenizer.json")))
+    tok = Tokenizer.from_file(args.tokenizer or str(record_path(gguf_path, ".tokenizer.json")))
     if args.ckpt:
         from .export import load_checkpoint
         model = load_checkpoint(args.ckpt)

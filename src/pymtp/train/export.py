@@ -18,6 +18,7 @@ import torch
 
 from . import data
 from .model import Config, GLM4MoEMTP
+from .records import RECORDS_DIR, record_path
 
 ARCH = "glm4moe"
 REF_TOKENS = 64            # length of the reference token sequence
@@ -223,10 +224,11 @@ def write_reference(model: GLM4MoEMTP, tokens: np.ndarray, path: str | Path) -> 
     return Path(path)
 
 
-def export_all(model: GLM4MoEMTP, tok, out: str | Path, heldout_stream: np.ndarray) -> None:
+def export_all(model: GLM4MoEMTP, tok, out: str | Path, heldout_stream: np.ndarray,
+               records: str | Path = RECORDS_DIR) -> None:
     out = Path(out)
     write_gguf(model, tok, out, f16=True)
-    ref = out.parent / (out.name[: -len(".gguf")] + ".reference.npz")
+    ref = record_path(out, ".reference.npz", records)
     write_reference(model, reference_tokens(heldout_stream), ref)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB) and {ref}", flush=True)
 
@@ -246,11 +248,12 @@ def main(argv=None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ckpt", default="build/pymtp-train/model.pt")
     ap.add_argument("--out", default="src/pymtp/models/pymtp-default.gguf")
-    ap.add_argument("--tokenizer", default=None, help="default: <out stem>.tokenizer.json")
+    ap.add_argument("--tokenizer", default=None, help="default: <records>/<out stem>.tokenizer.json")
+    ap.add_argument("--records", default=str(RECORDS_DIR), help="where the tokenizer and the reference npz are")
     ap.add_argument("--f32", action="store_true", help="write F32 weights (no reference npz)")
     args = ap.parse_args(argv)
     out = Path(args.out)
-    tokp = args.tokenizer or str(out.parent / (out.name[: -len(".gguf")] + ".tokenizer.json"))
+    tokp = args.tokenizer or str(record_path(out, ".tokenizer.json", args.records))
     tok = Tokenizer.from_file(tokp)
     model = load_checkpoint(args.ckpt)
     if args.f32:
@@ -259,7 +262,7 @@ def main(argv=None) -> None:
         return
     _, held = data.split_files()
     he = data.encode_stream(tok, [t for t in (data.read_text(f) for f in held) if t])
-    export_all(model, tok, out, he)
+    export_all(model, tok, out, he, args.records)
 
 
 if __name__ == "__main__":

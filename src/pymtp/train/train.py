@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from . import data
 from .model import Config, GLM4MoEMTP
+from .records import RECORDS_DIR, record_path
 
 
 def seed_all(seed: int) -> None:
@@ -86,6 +87,7 @@ def main(argv=None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="src/pymtp/models/pymtp-default.gguf")
     ap.add_argument("--work", default="build/pymtp-train", help="checkpoint / scratch directory")
+    ap.add_argument("--records", default=str(RECORDS_DIR), help="loss curve, run record, tokenizer, reference")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=500)
@@ -113,7 +115,7 @@ def main(argv=None) -> None:
     seed_all(args.seed)
     out = Path(args.out)
     work = Path(args.work)
-    tok_path = out.parent / (out.name[: -len(".gguf")] + ".tokenizer.json")
+    tok_path = record_path(out, ".tokenizer.json", args.records)
     tok, tr, he = prepare(args.vocab, work, tok_path)
 
     cfg = Config(n_vocab=tok.get_vocab_size(), **{f: getattr(args, f) for f in Config().to_dict() if f != "n_vocab"})
@@ -140,7 +142,7 @@ def main(argv=None) -> None:
     moe = model.mtp.block.ffn
     curve = []
     work.mkdir(parents=True, exist_ok=True)
-    csv_path = out.parent / (out.name[: -len(".gguf")] + ".loss.csv")
+    csv_path = record_path(out, ".loss.csv", args.records)
     header = ["step", "tokens", "lr", "loss_ntp", "loss_mtp", "heldout_loss_ntp", "heldout_loss_mtp",
               "heldout_acc", "heldout_accept", "elapsed_s"]
     state_path = work / "state.pt"
@@ -204,11 +206,11 @@ def main(argv=None) -> None:
                 ["heldout_loss_ntp", "heldout_loss_mtp", "heldout_acc", "heldout_accept"], ev)),
             "final_train_loss_ntp_ema": ema_n, "final_train_loss_mtp_ema": ema_m,
             "torch": torch.__version__}
-    (out.parent / (out.name[: -len(".gguf")] + ".train.json")).write_text(json.dumps(meta, indent=1) + "\n")
+    record_path(out, ".train.json", args.records).write_text(json.dumps(meta, indent=1) + "\n")
     print(f"checkpoint: {ckpt}", flush=True)
 
     from .export import export_all
-    export_all(model, tok, out, he)
+    export_all(model, tok, out, he, args.records)
 
 
 if __name__ == "__main__":

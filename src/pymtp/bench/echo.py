@@ -6,10 +6,10 @@ agree 70-90 %), and none can be downloaded here. An echo fixture has the shape, 
 of a real model (seeded random attention and FFN weights, a full-width output projection, one
 MoE NextN block), while its predictions are designed::
 
-    from pymtp.testing.echo import echo_path, EchoMaps
+    from pymtp.bench.echo import echo_path, EchoMaps
     path = echo_path(0.8, params=1.5e9, type="Q4_K_M")     # cached; a few minutes the first time
     maps = EchoMaps.read(path)                              # what the trunk and the head predict
-    python -m pymtp.testing.echo --agree 0.8 --params 1.5e9 --type Q4_K_M --out x.gguf
+    python -m pymtp.bench.echo --agree 0.8 --params 1.5e9 --type Q4_K_M --out x.gguf
     pymtp bench --model echo-80-1.5b                        # names: see parse_name
 
 How (llama.cpp 0c1e57098bba, src/models/glm4-moe.cpp):
@@ -333,7 +333,7 @@ def _summary(path: Path, shape: EchoShape, seconds: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pymtp.testing.echo",
+    ap = argparse.ArgumentParser(prog="python -m pymtp.bench.echo",
                                  description="Write an echo fixture: known greedy text, a head that agrees a "
                                              "chosen fraction of the time.")
     ap.add_argument("--agree", type=float, required=True, help="fraction of tokens where the head agrees (0-1)")

@@ -9,9 +9,9 @@ projections cost what a real model's of that vocabulary do, and the tokenizer ar
 (tokens, token types, scores) get entries ``[PAD<id>]`` of type UNUSED (merges untouched),
 so no prompt ever contains them::
 
-    from pymtp.testing.vocab import padded_vocab_path
+    from pymtp.bench.vocab import padded_vocab_path
     path = padded_vocab_path(248_320)            # the default model, padded; built once, cached
-    python -m pymtp.testing.vocab --n-vocab 151552 [--src model.gguf]
+    python -m pymtp.bench.vocab --n-vocab 151552 [--src model.gguf]
     pymtp bench --model default-v248k
 
 What the padded rows hold, so that they stay out of the top of the distribution. Logits are
@@ -194,7 +194,7 @@ def padded_vocab_path(n_vocab: int, src: str | os.PathLike | None = None, *,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pymtp.testing.vocab",
+    ap = argparse.ArgumentParser(prog="python -m pymtp.bench.vocab",
                                  description="Write a glm4moe GGUF with its vocabulary padded to a real model's size.")
     ap.add_argument("--n-vocab", type=int, required=True, help="e.g. 151552 (GLM-4.5) or 248320 (Qwen3.5/3.6)")
     ap.add_argument("--src", default=None, help="source glm4moe GGUF (default: the default model)")

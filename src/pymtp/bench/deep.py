@@ -6,9 +6,9 @@ blocks, one NextN/MTP block with a routed-MoE FFN) into a model with a realistic
 trunk-to-head cost ratio (e.g. 1024 wide, 16+ more trunk blocks against one MTP
 block) whose greedy output and MTP acceptance are those of the source::
 
-    from pymtp.testing.deep import deep_variant_path
+    from pymtp.bench.deep import deep_variant_path
     path = deep_variant_path()                  # the bundled default, 1024 wide, +16 blocks
-    python -m pymtp.testing.deep --src model.gguf --n-embd 1024 --extra-layers 16
+    python -m pymtp.bench.deep --src model.gguf --n-embd 1024 --extra-layers 16
 
 How the predictions stay the same (llama.cpp 0c1e57098bba, src/models/glm4-moe.cpp):
 
@@ -455,7 +455,7 @@ def _summary(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pymtp.testing.deep",
+    ap = argparse.ArgumentParser(prog="python -m pymtp.bench.deep",
                                  description="Write a deep, wide glm4moe variant with identical predictions.")
     ap.add_argument("--src", default=None, help="source glm4moe GGUF (default: the bundled default model)")
     ap.add_argument("--out", default=None, help="output path (default: the cache, see deep_variant_path)")

@@ -4,7 +4,7 @@ Each fixture is under about 1 MB of F32 weights written with the ``gguf`` packag
 (``pip install 'pymtp-llm[models]'``) in about a tenth of a second, and loads in the
 pinned llama.cpp with its MTP / NextN blocks::
 
-    from pymtp.testing.fixtures import FAMILIES, fixture_path, make_fixture
+    from pymtp_testing.fixtures import FAMILIES, fixture_path, make_fixture
     path = fixture_path("glm4moe")                # cached, generated once per seed
     make_fixture("qwen35", "/tmp/q.gguf", seed=3, noise=0.1)
 
@@ -31,22 +31,26 @@ none; the default gives roughly 40-70 % greedy agreement. ``logit_scale`` sets
 how peaked the logits are (the greedy continuation wanders through a random
 functional graph, it is not constant).
 
-The byte-level vocabulary (``add_byte_bpe_vocab``) holds the 256 GPT-2 byte
-tokens, a few dozen merges and two control tokens, so any UTF-8 text round-trips.
+The byte-level vocabulary (``add_byte_bpe_vocab``, from ``pymtp.bench.byte_vocab``) holds
+the 256 GPT-2 byte tokens, a few dozen merges and two control tokens, so any UTF-8 text
+round-trips.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
+import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import cache
+from pymtp import cache
+from pymtp.bench.byte_vocab import add_byte_bpe_vocab, byte_vocab, bytes_to_unicode
 
 __all__ = [
     "FAMILIES",
@@ -62,104 +66,6 @@ __all__ = [
 
 #: Bump when the generated files change (the cache key includes it).
 FIXTURE_VERSION = 1
-
-# ---------------------------------------------------------------------------------------------
-# tokenizer
-# ---------------------------------------------------------------------------------------------
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable unicode character map."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
-_B2U = bytes_to_unicode()
-
-# Merges of common pairs (bytes; the space leads a word as in GPT-2's pre-tokenizer).
-_MERGES: tuple[tuple[str, str], ...] = (
-    (" ", " "), ("  ", "  "), ("\n", " "), ("\n", "    "), ("\n", "\n"),
-    (" ", "t"), (" ", "a"), ("h", "e"), ("i", "n"), ("r", "e"), ("o", "n"), (" t", "he"),
-    ("e", "r"), (" ", "s"), ("a", "t"), (" ", "w"), (" ", "o"), ("e", "n"), (" ", "c"),
-    ("i", "t"), ("i", "s"), ("a", "n"), ("o", "r"), ("e", "s"), (" ", "b"), ("e", "d"),
-    (" ", "f"), ("in", "g"), (" ", "p"), ("o", "u"), (" a", "n"), (" ", "("), (")", ":"),
-    ("d", "e"), ("de", "f"), (" ", "i"), (" ", "x"), ("re", "t"), ("u", "r"), ("ur", "n"),
-    ("ret", "urn"), (" ", "return"), ("s", "e"), ("l", "f"), ("se", "lf"), (" ", "="),
-)
-_SPECIALS = ("<|bos|>", "<|eos|>")
-
-
-def byte_vocab(
-    merges: Iterable[tuple[str, str]] = _MERGES, specials: Sequence[str] = _SPECIALS
-) -> tuple[list[str], list[str], list[int]]:
-    """Tokens, merges and token types of a byte-level GPT-2 vocabulary.
-
-    ``merges`` are pairs of plain strings (converted to GPT-2 byte form); each
-    merged string becomes a token after the 256 byte tokens; ``specials`` follow
-    as control tokens (type 3)."""
-    tokens = [_B2U[b] for b in range(256)]
-    seen = set(tokens)
-    merge_lines = []
-    for a, b in merges:
-        ua = "".join(_B2U[x] for x in a.encode("utf-8"))
-        ub = "".join(_B2U[x] for x in b.encode("utf-8"))
-        if ua not in seen or ub not in seen:
-            raise ValueError(f"merge {a!r} + {b!r}: both parts must already be tokens")
-        merge_lines.append(f"{ua} {ub}")
-        if ua + ub not in seen:
-            seen.add(ua + ub)
-            tokens.append(ua + ub)
-    types = [1] * len(tokens) + [3] * len(specials)
-    tokens += list(specials)
-    return tokens, merge_lines, types
-
-
-def add_byte_bpe_vocab(
-    writer,
-    tokens: Sequence[str],
-    merges: Sequence[str],
-    token_types: Sequence[int] | None = None,
-    *,
-    bos: int | None = None,
-    eos: int | None = None,
-    eot: int | None = None,
-    pad: int | None = None,
-    add_bos: bool = True,
-    pre: str = "gpt-2",
-    chat_template: str | None = None,
-) -> None:
-    """Write a ``gpt2`` (byte-level BPE) tokenizer into a ``gguf.GGUFWriter``.
-
-    ``tokens`` in GPT-2 byte form, ``merges`` as ``"a b"`` lines (at least one:
-    the writer drops empty arrays and llama.cpp then refuses the vocab),
-    ``token_types`` 1 = normal, 3 = control (default all normal)."""
-    from gguf import GGUFValueType
-
-    if not merges:
-        raise ValueError("a gpt2 vocabulary needs at least one merge")
-    writer.add_string("tokenizer.ggml.model", "gpt2")
-    writer.add_string("tokenizer.ggml.pre", pre)
-    writer.add_key_value("tokenizer.ggml.tokens", list(tokens), GGUFValueType.ARRAY, GGUFValueType.STRING)
-    types = list(token_types) if token_types is not None else [1] * len(tokens)
-    if len(types) != len(tokens):
-        raise ValueError("token_types must match tokens")
-    writer.add_key_value("tokenizer.ggml.token_type", types, GGUFValueType.ARRAY, GGUFValueType.INT32)
-    writer.add_key_value("tokenizer.ggml.merges", list(merges), GGUFValueType.ARRAY, GGUFValueType.STRING)
-    for key, tok in (("bos", bos), ("eos", eos), ("eot", eot), ("padding", pad)):
-        if tok is not None:
-            writer.add_uint32(f"tokenizer.ggml.{key}_token_id", int(tok))
-    writer.add_bool("tokenizer.ggml.add_bos_token", bool(add_bos))
-    writer.add_bool("tokenizer.ggml.add_eos_token", False)
-    if chat_template is not None:
-        writer.add_string("tokenizer.chat_template", chat_template)
-
 
 # ---------------------------------------------------------------------------------------------
 # configuration
@@ -592,7 +498,7 @@ def make_fixture(family: str, path: str | os.PathLike, *, seed: int = 0, **overr
     try:
         from gguf import GGUFWriter
     except ImportError as e:  # pragma: no cover
-        raise ImportError("pymtp.testing.fixtures needs the gguf package: pip install 'pymtp-llm[models]'") from e
+        raise ImportError("pymtp_testing.fixtures needs the gguf package: pip install 'pymtp-llm[models]'") from e
 
     fam, cfg = _resolve(family, overrides)
     n_mtp = 0 if not cfg.mtp else (fam.n_mtp if cfg.n_mtp is None else cfg.n_mtp)
@@ -636,3 +542,44 @@ def fixture_path(family: str, *, seed: int = 0, cache_dir: str | os.PathLike | N
         digest = hashlib.sha256(json.dumps(overrides, sort_keys=True, default=str).encode()).hexdigest()[:10]
         name += f"-{digest}"
     return cache.cached_file(d / f"{name}.gguf", lambda tmp: make_fixture(family, tmp, seed=seed, **overrides))
+
+
+def _parse_value(v: str) -> Any:
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            pass
+    if v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    return v
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the cached path of a fixture (generated on first use), e.g. for ``pymtp bench``::
+
+        PYTHONPATH=tests python -m pymtp_testing.fixtures glm4moe noise=0.1
+        pymtp bench --model "deep:$(PYTHONPATH=tests python -m pymtp_testing.fixtures glm4moe)"
+    """
+    ap = argparse.ArgumentParser(prog="python -m pymtp_testing.fixtures",
+                                 description="Print the path of a cached random-weight fixture GGUF.")
+    ap.add_argument("family", choices=sorted(FAMILIES) + sorted(PLAIN_FAMILIES))
+    ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="FixtureConfig fields, e.g. noise=0.1")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    over = {}
+    for kv in args.overrides:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            ap.error(f"expected KEY=VALUE, got {kv!r}")
+        over[k.strip()] = _parse_value(v.strip())
+    try:
+        print(fixture_path(args.family, seed=args.seed, **over))
+    except (TypeError, ValueError) as e:
+        print(f"pymtp_testing.fixtures: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,7 +4,7 @@ Used by ``tests/test_server_load.py`` (on a fixture model) and ``tools/load_test
 model). Standard library only (http.client, threads), so it measures the server and not a
 client library::
 
-    from pymtp.testing.server_load import Load, start_server
+    from pymtp_testing.server_load import Load, start_server
     with start_server(["-m", "model.gguf", "--threads", "1", "--max-queue", "4"]) as srv:
         load = Load(srv.url, api_key=srv.api_key, max_body=srv.max_body)
         refs = load.references()              # each greedy case alone, not streamed

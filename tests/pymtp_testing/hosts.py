@@ -21,7 +21,8 @@ import uuid
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import ModelLoadError
+from pymtp.errors import ModelLoadError
+from pymtp.rpc import rpc_server_binary
 
 
 def netns_unavailable() -> str:
@@ -183,16 +184,6 @@ class DelayProxy:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def rpc_server_binary() -> Path:
-    """llama.cpp's ggml-rpc-server from the pinned tree, built into the cache on first use
-    ($PYMTP_RPC_SERVER: use that binary instead)."""
-    env = os.environ.get("PYMTP_RPC_SERVER")
-    if env:
-        return Path(env)
-    from ..bench.llama_build import ensure_llama_tools
-    return Path(ensure_llama_tools(tools=("ggml-rpc-server",))["bins"]["ggml-rpc-server"])
 
 
 def free_port(host: str = "127.0.0.1") -> int:

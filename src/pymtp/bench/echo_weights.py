@@ -1,4 +1,4 @@
-"""The weights of an echo fixture (pymtp.testing.echo, whose docstring says how they work)
+"""The weights of an echo fixture (pymtp.bench.echo, whose docstring says how they work)
 and its GGUF writer: the designed tensors (embeddings, output projection, the head's
 ``eh_proj`` and ``embed_tokens``), seeded random ones everywhere else, zero output projections.
 """
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .echo import ARCH, ECHO_VERSION, EchoShape
-from .fixtures import add_byte_bpe_vocab, byte_vocab
+from .byte_vocab import add_byte_bpe_vocab, byte_vocab
 
 
 TOP_LOGIT = 16.0
