@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure_streams import pymtp_call, round_, wait_up  # noqa: E402
 
 import pymtp  # noqa: E402
-from pymtp.testing.hosts import free_port  # noqa: E402
+from pymtp_testing.hosts import free_port  # noqa: E402  (tests/ is on the path: measure_streams)
 
 
 def side_env(spec: str) -> dict[str, str]:
