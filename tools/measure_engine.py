@@ -112,8 +112,8 @@ def main() -> None:
             a = statistics.median(x[0] for x in rows[("after", n)])
             acc = [statistics.median(x[1] for x in rows[(s, n)]) for s in ("before", "after")]
             table[n] = {"before": b, "after": a, "ratio": a / b, "acceptance": acc}
-            print(f"  {n} streams: before {b:7.1f}  after {a:7.1f}  {a / b:.3f}x  (acceptance {acc[0]:.2f} / {acc[1]:.2f})",
-                  flush=True)
+            print(f"  {n} streams: before {b:7.1f}  after {a:7.1f}  {a / b:.3f}x  "
+                  f"(acceptance {acc[0]:.2f} / {acc[1]:.2f})", flush=True)
         report["streams"] = {"table": table, "runs": {f"{k[0]} {k[1]}": [x[0] for x in v] for k, v in rows.items()}}
     finally:
         for _, proc in servers.values():

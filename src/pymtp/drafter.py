@@ -30,12 +30,12 @@ import numpy as np
 
 from ._native import ffi, lib
 from .config import SpecConfig
+from .constraint_state import ConstraintState
 from .draft_vocab import frequent_tokens
 from .errors import UnsupportedError
 from .model import DraftContext
 from .policy import DraftPolicy  # noqa: F401  (moved to pymtp.policy)
 from .rollback import KVTrim
-from .constraint_state import ConstraintState
 from .sampling import Q_IN_SLOTS, Sampler
 
 

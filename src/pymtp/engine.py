@@ -18,7 +18,8 @@ A step that fails puts every text it had not settled back where the step found i
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .drafter import Draft, DraftRequest, draft_all
 from .policy import AutoPolicy, plan_batch
@@ -41,8 +42,8 @@ def step(seqs: Sequence[MTPSpeculator], max_new: Sequence[int | None]) -> list[S
     results: list[StepResult] = []
     try:
         ks = plan_batch(seqs, list(max_new))
-        requests = [DraftRequest(sp.tokens[-1], sp.n_past, k, sp.sampler, sp.tokens, sp.policy.p_min if sp.policy else 0.0,
-                                 sp.constraint) for sp, k in zip(seqs, ks)]
+        requests = [DraftRequest(sp.tokens[-1], sp.n_past, k, sp.sampler, sp.tokens,
+                                 sp.policy.p_min if sp.policy else 0.0, sp.constraint) for sp, k in zip(seqs, ks)]
         drafts = draft_all([sp.drafter for sp in seqs], requests)
         t1 = time.perf_counter()
         # VERIFY: one target decode of every text's [last, d1..dk]
