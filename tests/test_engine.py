@@ -12,11 +12,11 @@ from conftest import SAME_ROW_ATOL
 import pymtp
 from pymtp import GenerationConfig, SamplingConfig, SpecConfig
 from pymtp.batch import Batch
-from pymtp.drafter import MTPDrafter
 from pymtp.drafters import make_drafter
 from pymtp.errors import UnsupportedError
 from pymtp.hybrid import HybridDrafter
 from pymtp.lookup import PromptLookupDrafter
+from pymtp.mtp_drafter import MTPDrafter
 from pymtp_testing.fixtures import FAMILIES, PLAIN_FAMILIES
 
 #: Prompts that repeat themselves (prompt lookup finds matches) and ones that do not.

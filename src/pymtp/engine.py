@@ -5,7 +5,7 @@ statistics) on one sequence of a shared pair of contexts: a Session's contexts h
 Batch's hold n_seq. One step, for all of them:
 
   DRAFT   each text's policy sizes its draft (pymtp.policy.plan_batch: in a batch, beside the
-          others' rows), then each text's drafter plans its draft (pymtp.drafter.draft_all): single-head MTP
+          others' rows), then each text's drafter plans its draft (pymtp.mtp_drafter.draft_all): single-head MTP
           drafts are made together, one draft decode per draft position for every text;
           prompt lookup and chained heads draft one text at a time.
   VERIFY  one target decode carries every text's [last, d1..dk].
@@ -21,7 +21,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .drafter import Draft, DraftRequest, draft_all
+from .drafter import Draft, DraftRequest
+from .mtp_drafter import draft_all
 from .policy import AutoPolicy, plan_batch
 from .stats import StepResult
 

@@ -40,9 +40,10 @@ import time
 from . import engine
 from .config import SamplingConfig, SpecConfig
 from .constraint_state import ConstraintState
-from .drafter import Draft, Drafter, MTPDrafter
+from .drafter import Draft, Drafter
 from .errors import PymtpError, UnsupportedError
 from .model import DraftContext, TargetContext, last_row_only
+from .mtp_drafter import MTPDrafter
 from .policy import make_policy
 from .prompt_cache import PromptCache, PromptMark, SavedText, usable_prefix
 from .rollback import rollback_for
