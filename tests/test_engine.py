@@ -64,7 +64,9 @@ def test_generate_a_list_drafts_with_the_drafter_asked_for(models, kind):
         assert set(r.stats.by_source) == set(one.stats.by_source)
         assert r.stats.by_source["lookup"][0] > 0
         if SAME_ROW_ATOL == 0:
-            assert r.tokens == one.tokens and r.stats.n_accepted == one.stats.n_accepted
+            assert r.tokens == one.tokens
+            if kind == "lookup":     # the hybrid picks its source from measured seconds: its drafts vary
+                assert r.stats.n_accepted == one.stats.n_accepted
 
 
 @pytest.mark.parametrize("family", FAMILIES + PLAIN_FAMILIES)

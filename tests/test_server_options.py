@@ -206,9 +206,10 @@ def test_health_is_503_once_the_model_is_closed(gguf):
 
 def test_metrics_count_requests_tokens_and_drafts(served, client):
     before = metrics_of(served.url)
-    r = client.completions.create(model=MODEL, prompt="def f(x):", max_tokens=12, extra_body={"ignore_eos": True})
+    drafting = {"ignore_eos": True, "policy": "fixed"}      # auto may not draft on a fixture
+    r = client.completions.create(model=MODEL, prompt="def f(x):", max_tokens=12, extra_body=drafting)
     chunks = list(client.completions.create(model=MODEL, prompt="abc", max_tokens=8, stream=True,
-                                            extra_body={"ignore_eos": True}))
+                                            extra_body=drafting))
     call(f"{served.url}/v1/completions", {"prompt": "hi", "max_tokens": 0})      # a 400
     s = client.completions.create(model=MODEL, prompt="The", max_tokens=400, stream=True,
                                   extra_body={"ignore_eos": True})

@@ -177,13 +177,24 @@ def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_thr
         toks = [(11 + 7 * i) % vocab for i in range(n_ctx)]
         p0 = 8
         ctx.decode(toks[:p0], 0)               # a short prefix (and the first decode's warm-up)
+        end = [p0]                             # the scratch sequence's length
+
+        def rewind(pos: int) -> None:
+            if end[0] > pos:
+                if model.is_recurrent:         # recurrent state cannot drop a decode: start over
+                    ctx.seq_rm(0)
+                    ctx.decode(toks[:pos], 0, output=_last_only(pos))
+                else:
+                    ctx.seq_rm(pos)
+            end[0] = pos
 
         def timed(n: int, pos: int) -> float:
             best = float("inf")
             for _ in range(CALIBRATION_REPEATS):
-                ctx.seq_rm(pos)
+                rewind(pos)
                 t = time.perf_counter()
                 ctx.decode(toks[pos:pos + n], pos)
+                end[0] = pos + n
                 best = min(best, time.perf_counter() - t)
             return best
 
@@ -198,9 +209,12 @@ def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_thr
         attn = 0.0
         # The fill costs about fill / max_rows decodes of max_rows rows: only when it fits the budget.
         est_fill = rows.get(max_rows, rows[1]) * fill / max(max_rows, 1) + 2 * CALIBRATION_REPEATS * rows[1]
+        if model.is_recurrent:
+            est_fill *= CALIBRATION_REPEATS    # each repeat decodes the fill again (rewind)
         if time.perf_counter() - t_start + est_fill < budget:
-            ctx.seq_rm(p0)
+            rewind(p0)
             ctx.decode(toks[p0:fill], p0, output=_last_only(fill - p0))
+            end[0] = fill
             far = timed(1, fill)
             attn = max(0.0, (far - rows[1]) / (fill - p0))
     finally:
