@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from pymtp import SamplingConfig, SpecConfig
-from pymtp.drafter import Draft, DraftPolicy, MTPDrafter
+from pymtp.drafter import Draft, DraftPolicy
+from pymtp.mtp_drafter import MTPDrafter
 from pymtp.sampling import Q_IN_SLOTS, Sampler
 
 N_EMBD = 4

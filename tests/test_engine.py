@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import SAME_ROW_ATOL
 
 import pymtp
 from pymtp import GenerationConfig, SamplingConfig, SpecConfig
 from pymtp.batch import Batch
-from pymtp.drafter import MTPDrafter
 from pymtp.drafters import make_drafter
 from pymtp.errors import UnsupportedError
 from pymtp.hybrid import HybridDrafter
 from pymtp.lookup import PromptLookupDrafter
+from pymtp.mtp_drafter import MTPDrafter
 from pymtp_testing.fixtures import FAMILIES, PLAIN_FAMILIES
-
-from conftest import SAME_ROW_ATOL
 
 #: Prompts that repeat themselves (prompt lookup finds matches) and ones that do not.
 PROMPTS = ["def read(path):\n    return open(path).read()\n\ndef read(path):\n",
@@ -205,12 +204,12 @@ def test_constraints_and_logits_processors_in_a_batch_equal_alone(models, family
     prompts = [m.tokenize(p) for p in PROMPTS]
     for sampling in (SamplingConfig(), SamplingConfig(temperature=0.9, seed=3)):
         for rule in ("constraint", "processor"):
-            def extra():
+            def extra(rule=rule):
                 return ({"constraint": _parity(m.n_vocab)} if rule == "constraint"
                         else {"logits_processor": _ban_low_ids})
+            limits = GenerationConfig(max_tokens=14, ignore_eos=True)
             with Batch(m, n_seq=4, n_ctx=192, spec=spec) as b:
-                items = [b.add(p, sampling=sampling, limits=GenerationConfig(max_tokens=14, ignore_eos=True), **extra())
-                         for p in prompts]
+                items = [b.add(p, sampling=sampling, limits=limits, **extra()) for p in prompts]
                 b.run()
             for p, it in zip(prompts, items):
                 with m.lock:
@@ -275,9 +274,10 @@ def test_a_session_names_what_it_answers_for_its_model(models):
     assert "__getattr__" not in vars(pymtp.Session) and "__getattr__" not in vars(pymtp.seqview._SeqView)
     m = s.model
     assert (s.n_vocab, s.n_embd, s.architecture, s.path, s.eos) == (m.n_vocab, m.n_embd, m.architecture, m.path, m.eos)
-    assert s.tokenize("def f") == m.tokenize("def f") and s.detokenize(s.tokenize("def f")) == m.detokenize(m.tokenize("def f"))
+    toks = s.tokenize("def f")
+    assert toks == m.tokenize("def f") and s.detokenize(toks) == m.detokenize(toks)
     with pytest.raises(AttributeError):
-        s.n_vocabulary
+        _ = s.n_vocabulary
 
 
 # ---- the distribution tests through the batch path ----------------------------------------------
@@ -318,7 +318,16 @@ def test_speculative_sampling_in_a_batch_matches_plain_sampling(gguf, name, kind
     the continuations follow the exact distribution; the control (a rejection drawing from p,
     not the residual) is caught through the same path. (Not hybrid: its choice of source weighs
     measured timings, so its runs are not repeatable.)"""
-    from test_distribution import CASES, N_SAMPLES, N_THREADS, P_EXACT, PROMPT, _residual_ignored, exact_continuations, p_values
+    from test_distribution import (
+        CASES,
+        N_SAMPLES,
+        N_THREADS,
+        P_EXACT,
+        PROMPT,
+        _residual_ignored,
+        exact_continuations,
+        p_values,
+    )
 
     case = CASES[name]
     with pymtp.load(gguf(case.family), n_ctx=64, n_threads=N_THREADS) as s:
@@ -328,7 +337,8 @@ def test_speculative_sampling_in_a_batch_matches_plain_sampling(gguf, name, kind
             # lookup's drafts are accepted as well as rejected
             prompt += pymtp.generate(prompt, s, max_tokens=6, speculative=False, ignore_eos=True).tokens + prompt[1:]
         if case.greedy_prefix:
-            prompt += pymtp.generate(prompt, s, max_tokens=case.greedy_prefix, speculative=False, ignore_eos=True).tokens
+            prefix = pymtp.generate(prompt, s, max_tokens=case.greedy_prefix, speculative=False, ignore_eos=True)
+            prompt += prefix.tokens
         exact = exact_continuations(s.model, prompt, case.sampling, case.depth)
         spec = SpecConfig(drafter=kind, n_draft=case.n_draft, adaptive=False, ngram=2)
         samples, drafted, rejected = _batch_samples(s, prompt, case.sampling, spec, case.depth, N_SAMPLES, seed=21)

@@ -404,7 +404,7 @@ _STEP_PARTS = {
     "target-decode": ("pymtp.model.TargetContext", "decode_rows"),
     "seq_rm": ("pymtp.model._Context", "seq_rm"),
     "hidden": ("pymtp.model._Context", "hidden"),
-    "plan": ("pymtp.drafter.MTPDrafter", "plan"),
+    "plan": ("pymtp.mtp_drafter.MTPDrafter", "plan"),
     "verify": ("pymtp.sampling.Sampler", "verify"),
     "step": ("pymtp.speculator.MTPSpeculator", "step"),
 }

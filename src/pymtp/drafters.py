@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .drafter import Drafter, MTPDrafter
+from .drafter import Drafter
 from .errors import UnsupportedError
 from .hybrid import HybridDrafter
 from .lookup import PromptLookupDrafter
+from .mtp_drafter import MTPDrafter
 
 if TYPE_CHECKING:
     from .model import DraftContext, Model

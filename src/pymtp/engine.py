@@ -5,7 +5,7 @@ statistics) on one sequence of a shared pair of contexts: a Session's contexts h
 Batch's hold n_seq. One step, for all of them:
 
   DRAFT   each text's policy sizes its draft (pymtp.policy.plan_batch: in a batch, beside the
-          others' rows), then each text's drafter plans its draft (pymtp.drafter.draft_all): single-head MTP
+          others' rows), then each text's drafter plans its draft (pymtp.mtp_drafter.draft_all): single-head MTP
           drafts are made together, one draft decode per draft position for every text;
           prompt lookup and chained heads draft one text at a time.
   VERIFY  one target decode carries every text's [last, d1..dk].
@@ -18,9 +18,11 @@ A step that fails puts every text it had not settled back where the step found i
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from .drafter import Draft, DraftRequest, draft_all
+from .drafter import Draft, DraftRequest
+from .mtp_drafter import draft_all
 from .policy import AutoPolicy, plan_batch
 from .stats import StepResult
 
@@ -41,8 +43,8 @@ def step(seqs: Sequence[MTPSpeculator], max_new: Sequence[int | None]) -> list[S
     results: list[StepResult] = []
     try:
         ks = plan_batch(seqs, list(max_new))
-        requests = [DraftRequest(sp.tokens[-1], sp.n_past, k, sp.sampler, sp.tokens, sp.policy.p_min if sp.policy else 0.0,
-                                 sp.constraint) for sp, k in zip(seqs, ks)]
+        requests = [DraftRequest(sp.tokens[-1], sp.n_past, k, sp.sampler, sp.tokens,
+                                 sp.policy.p_min if sp.policy else 0.0, sp.constraint) for sp, k in zip(seqs, ks)]
         drafts = draft_all([sp.drafter for sp in seqs], requests)
         t1 = time.perf_counter()
         # VERIFY: one target decode of every text's [last, d1..dk]

@@ -26,8 +26,9 @@ from dataclasses import replace
 import numpy as np
 
 from .config import SpecConfig
-from .drafter import Draft, Drafter, DraftRequest, HeadJob, MTPDrafter, draft_all
+from .drafter import Draft, Drafter, DraftRequest, HeadJob
 from .lookup import PromptLookupDrafter
+from .mtp_drafter import MTPDrafter, draft_all
 from .sampling import Sampler
 
 

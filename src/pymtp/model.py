@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 

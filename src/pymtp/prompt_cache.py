@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .drafter import HeadState
+from .mtp_drafter import HeadState
 
 FORMAT = "pymtp-saved-text/1"
 

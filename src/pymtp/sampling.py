@@ -31,7 +31,8 @@ under the same rule keep speculation exact.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -192,7 +193,8 @@ class Sampler:
         hist, n_hist = self._history(history, extra)
         u = self.rng.random() if draw and not self.config.greedy else -1.0
         check(lib.pymtp_sampler_row(self._native, slot, ffi.from_buffer("float[]", row), hist, n_hist,
-                                    _mask_ptr(mask, self.n_vocab), u, self._tok, self._conf if confidence else ffi.NULL))
+                                    _mask_ptr(mask, self.n_vocab), u, self._tok,
+                                    self._conf if confidence else ffi.NULL))
         tok = int(self._tok[0])
         return tok, float(self._conf[0]) if confidence else 0.0
 
@@ -267,9 +269,10 @@ class Sampler:
             u = ffi.from_buffer("double[]", self._u)
         tokens = np.asarray(draft, dtype=np.int32)
         hist, n_hist = self._history(history)
-        check(lib.pymtp_sampler_verify(self._native, ffi.from_buffer("float[]", rows), ffi.from_buffer("int32_t[]", tokens),
-                                       k, hist, n_hist, ffi.NULL if masks is None else ffi.from_buffer("uint32_t[]", masks),
-                                       u, self._n_acc, self._tok, self._probs_out if probs or top else ffi.NULL))
+        mask_ptr = ffi.NULL if masks is None else ffi.from_buffer("uint32_t[]", masks)
+        check(lib.pymtp_sampler_verify(self._native, ffi.from_buffer("float[]", rows),
+                                       ffi.from_buffer("int32_t[]", tokens), k, hist, n_hist, mask_ptr, u,
+                                       self._n_acc, self._tok, self._probs_out if probs or top else ffi.NULL))
         n_acc, new = int(self._n_acc[0]), int(self._tok[0])
         return Verdict(n_acc, new, list(self._probs_out[0:n_acc + 1]) if probs or top else None,
                        [self._top(rows[i], history, draft[:i], None if masks is None else masks[i], top)

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import DraftContext, Model, TargetContext, _Context
+from .model import DraftContext, TargetContext, _Context
+
+
+def _from_ctx(name: str) -> property:
+    """A view's property that is its shared context's fact of that name."""
+    return property(lambda self: getattr(self.ctx, name), doc=f"the shared context's {name}")
 
 
 class _SeqView:
@@ -28,33 +33,13 @@ class _SeqView:
 
     # ---- the shared context's facts ------------------------------------------------------------
 
-    @property
-    def model(self) -> Model:
-        return self.ctx.model
-
-    @property
-    def lock(self):
-        return self.ctx.lock
-
-    @property
-    def n_batch(self) -> int:
-        return self.ctx.n_batch
-
-    @property
-    def n_embd(self) -> int:
-        return self.ctx.n_embd
-
-    @property
-    def n_vocab(self) -> int:
-        return self.ctx.n_vocab
-
-    @property
-    def n_rs_seq(self) -> int:
-        return self.ctx.n_rs_seq
-
-    @property
-    def closed(self) -> bool:
-        return self.ctx.closed
+    model = _from_ctx("model")
+    lock = _from_ctx("lock")
+    n_batch = _from_ctx("n_batch")
+    n_embd = _from_ctx("n_embd")
+    n_vocab = _from_ctx("n_vocab")
+    n_rs_seq = _from_ctx("n_rs_seq")
+    closed = _from_ctx("closed")
 
     def logits(self) -> np.ndarray:
         """The shared context's logits of its last decode (rows of every sequence in it)."""
@@ -104,13 +89,8 @@ class DraftView(_SeqView):
 
     is_draft = True
 
-    @property
-    def vocab_size(self) -> int:
-        return self.ctx.vocab_size
-
-    @property
-    def vocab_ids(self) -> np.ndarray:
-        return self.ctx.vocab_ids
+    vocab_size = _from_ctx("vocab_size")
+    vocab_ids = _from_ctx("vocab_ids")
 
     def set_vocab(self, token_ids) -> None:
         # the whole context's: every sequence drafts with the same trimmed vocabulary

@@ -37,18 +37,18 @@ from __future__ import annotations
 import enum
 import time
 
-from .config import SamplingConfig, SpecConfig
 from . import engine
-from .drafter import Draft, Drafter, MTPDrafter
+from .config import SamplingConfig, SpecConfig
+from .constraint_state import ConstraintState
+from .drafter import Draft, Drafter
 from .errors import PymtpError, UnsupportedError
 from .model import DraftContext, TargetContext, last_row_only
+from .mtp_drafter import MTPDrafter
 from .policy import make_policy
 from .prompt_cache import PromptCache, PromptMark, SavedText, usable_prefix
 from .rollback import rollback_for
-from .constraint_state import ConstraintState
 from .sampling import LogitsProcessor, Sampler, TokenConstraint
 from .stats import SpecStats, StepResult
-
 
 #: A prompt that cuts the live text saves it first when the cut loses this many positions (or
 #: half the text): not when a few generated tokens go (sampling the same prompt again and again).
