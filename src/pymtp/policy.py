@@ -107,6 +107,10 @@ class CostModel:
         s, w = self._ratio.get(n, _NONE)
         return (s + 2.0 * g) / (w + 2.0)
 
+    def seen(self, n: int) -> float:
+        """How many verifies of n rows were timed (decayed)."""
+        return self._ratio.get(n, _NONE)[1] if self.learn else float("inf")
+
     def verify(self, n: int, pos: float = 0.0) -> float:
         """Predicted seconds of a verify of n rows at mean position pos."""
         return self.ratio(n) * self.base(n, pos) if n > 0 else 0.0
@@ -178,23 +182,33 @@ def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_thr
         p0 = 8
         ctx.decode(toks[:p0], 0)               # a short prefix (and the first decode's warm-up)
 
-        def timed(n: int, pos: int) -> float:
-            best = float("inf")
-            for _ in range(CALIBRATION_REPEATS):
-                ctx.seq_rm(pos)
-                t = time.perf_counter()
-                ctx.decode(toks[pos:pos + n], pos)
-                best = min(best, time.perf_counter() - t)
-            return best
+        def once(n: int, pos: int) -> float:
+            ctx.seq_rm(pos)
+            t = time.perf_counter()
+            ctx.decode(toks[pos:pos + n], pos)
+            return time.perf_counter() - t
 
-        timed(1, p0)                           # warm-up
+        def timed(n: int, pos: int) -> float:
+            return min(once(n, pos) for _ in range(CALIBRATION_REPEATS))
+
+        once(1, p0)                            # warm-up
+        # Row counts in rounds (the fastest of each counts), so that a burst of load on a shared
+        # machine does not fall on one row count alone; later rounds add row counts while the
+        # budget lasts.
         rows: dict[int, float] = {}
         for n in order:
-            if n in rows:
-                continue
-            if len(rows) >= 2 and time.perf_counter() - t_start > budget * 0.7:
+            if len(rows) >= 2 and time.perf_counter() - t_start > budget * 0.6:
                 break
-            rows[n] = timed(n, p0)
+            rows[n] = float("inf")
+            for m in rows:
+                rows[m] = min(rows[m], once(m, p0))
+        for _ in range(CALIBRATION_REPEATS - 1):
+            for m in rows:
+                rows[m] = min(rows[m], once(m, p0))
+        # n rows cost at least what fewer rows cost and at most n single-row decodes
+        ns = sorted(rows)
+        for a, b in zip(ns, ns[1:]):
+            rows[b] = min(max(rows[b], rows[a]), b * rows[1])
         attn = 0.0
         # The fill costs about fill / max_rows decodes of max_rows rows: only when it fits the budget.
         est_fill = rows.get(max_rows, rows[1]) * fill / max(max_rows, 1) + 2 * CALIBRATION_REPEATS * rows[1]
@@ -371,7 +385,12 @@ class AutoPolicy:
             # `loss` seconds against a plain step: space them so that they cost at most
             # PROBE_BUDGET of the time (and back off further while they are rejected).
             loss = max(0.0, (cost[1] - cost[0]) - (gain[1] - gain[0]) / tps[0])
-            gap = max(self._probe_gap, min(PROBE_CAP, loss / (PROBE_BUDGET * cost[0])))
+            gap = self._probe_gap
+            if self.costs.seen(self._rows_before + 2) >= PROBE_MIN:
+                # (until a probe's rows were timed a few times, the calibration alone says what
+                # they cost: probe at the plain gap, so that a calibration that a burst of load
+                # made too dear is corrected)
+                gap = max(gap, min(PROBE_CAP, loss / (PROBE_BUDGET * cost[0])))
             if self._plain_run >= gap:
                 k, probe = 1, True
         if self.config.p_min == 0.0:
