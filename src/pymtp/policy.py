@@ -297,6 +297,28 @@ class Acceptance:
         self.accepted = [x * d + (i < n_accepted) for i, x in enumerate(self.accepted)]
 
 
+_ACCEPTANCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # model -> {key: Acceptance}
+#: A new generation starts from the last generation's estimates on the model, counted this much.
+CARRY = 0.5
+
+
+def _carried_acceptance(model, key, window: int) -> Acceptance:
+    """A new policy's acceptance estimates: the last ones of this model and drafter (a new text,
+    so they count CARRY as much), else the prior; the new policy's become the model's last."""
+    n = key[1]
+    acc = Acceptance(n, window)
+    if model is None:
+        return acc
+    with _COSTS_LOCK:
+        per_model = _ACCEPTANCE.setdefault(model, {})
+        last = per_model.get(key)
+        if last is not None:
+            acc.reached = [x * CARRY for x in last.reached]
+            acc.accepted = [x * CARRY for x in last.accepted]
+        per_model[key] = acc
+    return acc
+
+
 # ---- the auto policy ------------------------------------------------------------------------------
 
 
@@ -330,7 +352,7 @@ class AutoPolicy:
         self._costs = costs
         self._max_rows = max_rows or self.n_max + 1
         self.shared = shared
-        self.acceptance = Acceptance(self.n_max, config.adaptive_window)
+        self.acceptance = _carried_acceptance(model, (config.drafter, self.n_max), config.adaptive_window)
         self._plain_run = 0                    # plain steps since the last draft
         self._probe_gap = PROBE_FIRST
         self._pos = 0
@@ -381,18 +403,21 @@ class AutoPolicy:
         probe = False
         if k == 0:
             self._plain_run += 1
-            # A probe (one draft token, to keep the estimate current) is expected to lose
+            # A probe (a draft, to keep the estimate current) is expected to lose
             # `loss` seconds against a plain step: space them so that they cost at most
             # PROBE_BUDGET of the time (and back off further while they are rejected).
-            loss = max(0.0, (cost[1] - cost[0]) - (gain[1] - gain[0]) / tps[0])
+            # (the probe drafts the best length but 0: where a long draft pays and a short one
+            # does not, a one-token probe would never find out)
+            probe_k = max(range(1, len(tps)), key=tps.__getitem__)
+            loss = max(0.0, (cost[probe_k] - cost[0]) - (gain[probe_k] - gain[0]) / tps[0])
             gap = self._probe_gap
-            if self.costs.seen(self._rows_before + 2) >= PROBE_MIN:
+            if self.costs.seen(self._rows_before + probe_k + 1) >= PROBE_MIN:
                 # (until a probe's rows were timed a few times, the calibration alone says what
                 # they cost: probe at the plain gap, so that a calibration that a burst of load
                 # made too dear is corrected)
                 gap = max(gap, min(PROBE_CAP, loss / (PROBE_BUDGET * cost[0])))
             if self._plain_run >= gap:
-                k, probe = 1, True
+                k, probe = probe_k, True
         if self.config.p_min == 0.0:
             self.p_min = self._cut(k, probe, tps, cost)
         self.trace.append(Choice(k, probe, float(tps[k]), gain[k] - tokens_before))
