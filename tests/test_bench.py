@@ -151,8 +151,8 @@ def test_smoke_run_writes_json_with_positive_numbers(tmp_path, capsys):
     for r in runs:
         assert r["n_tokens"] == bench.SMOKE_TOKENS
         assert r["tps"] > 0 and r["t_decode"] > 0 and r["t_total"] > 0 and r["n_steps"] > 0
-        if r["n_draft"] is not None:
-            assert r["n_drafted"] > 0 and sum(r["drafted_at"]) == r["n_drafted"]
+        if r["n_draft"] is not None:              # (auto may find plain steps best on the fixture)
+            assert (r["n_drafted"] > 0 or r["variant"] == "mtp-auto") and sum(r["drafted_at"]) == r["n_drafted"]
     rows = d["summary"]
     assert {r["variant"] for r in rows} == variants
     for r in rows:
@@ -205,7 +205,8 @@ def test_smoke_run_with_named_sampling_reports_step_costs(tmp_path, capsys):
         calls = {k: v["calls"] for k, v in c["native_by_call"].items()}
         assert calls["pymtp_sampler_verify"] == c["n_steps"]        # one verify batch per step, plain too
         # sampled drafts: one native row per draft token; greedy ones come argmaxed from pymtp_draft_greedy
-        assert (calls.get("pymtp_sampler_row", 0) > 0) == (samp == "qwen" and variant != "plain")
+        if variant != "mtp-auto":                 # (auto drafts or not, as the costs say)
+            assert (calls.get("pymtp_sampler_row", 0) > 0) == (samp == "qwen" and variant != "plain")
     rows = [r for r in d["summary"] if r["prompts"] == "all"]
     assert len(rows) == len(costs)
     for r in rows:
