@@ -316,8 +316,9 @@ class Batch:
                        for it, d in zip(items, drafts)) / n_rows
         costs.observe_verify(n_rows, mean_pos, t_verify)
         n_drafted = sum(len(d.tokens) for d in drafts)
-        if n_drafted and not any(p.catching_up for p in policies):
-            costs.observe_draft(n_drafted, t_draft)
+        modes = {p.mode for p in policies}
+        if n_drafted and len(modes) == 1 and not any(p.catching_up for p in policies):
+            costs.observe_draft(n_drafted, t_draft, modes.pop())
 
     # ---- running -----------------------------------------------------------------------------
 
