@@ -368,3 +368,25 @@ def test_stats_show_and_plot_the_choice():
     fig = plot_policy(SpecStats())
     assert "no auto-policy steps" in fig.axes[0].texts[0].get_text()
     plt.close(fig)
+
+
+def test_the_server_and_the_cli_take_a_policy(echo):
+    """A request's policy (or the server's default, --policy) reaches its SpecConfig; the CLI's
+    --policy too; n_draft alone still means fixed."""
+    from pymtp.cli import _speculative, build_parser
+    from pymtp.server.jobs import JobMaker
+    from pymtp.server.schemas import CompletionRequest
+
+    sess, _ = echo[1.0]
+    jobs = JobMaker(sess, "echo")
+    spec = lambda maker, **kw: maker.completion(CompletionRequest(prompt="x", **kw))[0].spec   # noqa: E731
+    assert spec(jobs).policy == "auto"
+    assert spec(jobs, n_draft=2).policy == "fixed"
+    assert spec(jobs, n_draft=2, policy="auto").policy == "auto"
+    assert spec(JobMaker(sess, "echo", defaults={"policy": "adaptive"})).policy == "adaptive"
+    with pytest.raises(Exception, match="policy"):
+        CompletionRequest(prompt="x", policy="never")
+    args = build_parser().parse_args(["generate", "--policy", "fixed", "hi"])
+    assert _speculative(args, sess.model) == {"policy": "fixed"}
+    serve = build_parser().parse_args(["serve", "--policy", "auto"])
+    assert serve.policy == "auto"
