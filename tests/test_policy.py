@@ -379,7 +379,7 @@ def test_the_server_and_the_cli_take_a_policy(echo):
 
     sess, _ = echo[1.0]
     jobs = JobMaker(sess, "echo")
-    spec = lambda maker, **kw: maker.completion(CompletionRequest(prompt="x", **kw))[0].spec   # noqa: E731
+    spec = lambda maker, **kw: maker.completion(CompletionRequest(prompt="x", **kw))[0].spec
     assert spec(jobs).policy == "auto"
     assert spec(jobs, n_draft=2).policy == "fixed"
     assert spec(jobs, n_draft=2, policy="auto").policy == "auto"
