@@ -106,6 +106,29 @@ def test_expensive_verify_means_plain_even_at_full_acceptance():
     assert all(k <= 1 for k in ks[10:])
 
 
+def test_finds_long_drafts_where_only_long_drafts_pay():
+    """A verify whose second row is dear and later rows nearly free (a kernel switch at 2 rows):
+    a one-token draft loses even at full acceptance, four tokens win. From the prior (plain steps
+    win) the probes draft the best length but 0, so the policy finds the long drafts."""
+    jump = {1: 1.0, 2: 2.5, 3: 2.6, 4: 2.7, 5: 2.8}
+    p = auto(costs=CostModel.table(jump, 0.05))
+    assert p.next_length(0) == 0                      # at the prior acceptance, plain wins
+    ks = run(p, lambda step: 1.0, 100)
+    assert ks[-50:] == [4] * 50
+
+
+def test_a_new_generation_starts_from_the_last_ones_estimates(echo):
+    sess, _ = echo[1.0]
+    spec = SpecConfig(policy="auto", n_draft=4)
+    first = AutoPolicy(spec, 4, model=sess.model, costs=CostModel.table(CHEAP, 0.02))
+    run(first, lambda step: 1.0, 40)
+    second = AutoPolicy(spec, 4, model=sess.model, costs=CostModel.table(CHEAP, 0.02))
+    assert second.acceptance.reached == pytest.approx([x / 2 for x in first.acceptance.reached])
+    assert second.acceptance.rates()[0] > 0.9
+    other = AutoPolicy(spec, 4, costs=CostModel.table(CHEAP, 0.02))     # no model: the prior
+    assert other.acceptance.rates()[0] == pytest.approx(0.6)
+
+
 def test_length_follows_acceptance_and_costs():
     # acceptance 0.7 per position: with a cheap verify a long draft pays, with a dearer one less
     cheap = run(auto(n_draft=8), lambda step: 0.7, 300)
@@ -345,3 +368,25 @@ def test_stats_show_and_plot_the_choice():
     fig = plot_policy(SpecStats())
     assert "no auto-policy steps" in fig.axes[0].texts[0].get_text()
     plt.close(fig)
+
+
+def test_the_server_and_the_cli_take_a_policy(echo):
+    """A request's policy (or the server's default, --policy) reaches its SpecConfig; the CLI's
+    --policy too; n_draft alone still means fixed."""
+    from pymtp.cli import _speculative, build_parser
+    from pymtp.server.jobs import JobMaker
+    from pymtp.server.schemas import CompletionRequest
+
+    sess, _ = echo[1.0]
+    jobs = JobMaker(sess, "echo")
+    spec = lambda maker, **kw: maker.completion(CompletionRequest(prompt="x", **kw))[0].spec
+    assert spec(jobs).policy == "auto"
+    assert spec(jobs, n_draft=2).policy == "fixed"
+    assert spec(jobs, n_draft=2, policy="auto").policy == "auto"
+    assert spec(JobMaker(sess, "echo", defaults={"policy": "adaptive"})).policy == "adaptive"
+    with pytest.raises(Exception, match="policy"):
+        CompletionRequest(prompt="x", policy="never")
+    args = build_parser().parse_args(["generate", "--policy", "fixed", "hi"])
+    assert _speculative(args, sess.model) == {"policy": "fixed"}
+    serve = build_parser().parse_args(["serve", "--policy", "auto"])
+    assert serve.policy == "auto"

@@ -22,6 +22,7 @@ the sequences share one verify: a sequence pays the rows it adds, c(b + k + 1) -
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import weakref
@@ -67,11 +68,10 @@ class CostModel:
         self.attn = max(0.0, float(attn))
         self.learn = learn
         self._decay = 1.0 - 1.0 / window
-        self._c_draft = float(c_draft)
-        self._draft_w = 1.0                    # weight of the draft estimate (the prior counts once)
+        self._c_draft = float(c_draft)         # priors: a draft token, a plain / drafting step's overhead
+        self._overhead = list(overhead)
+        self._means: dict[tuple, list[float]] = {}   # learned: key -> [decayed mean, weight]
         self._w: dict[int, float] = {}
-        self._overhead = list(overhead)        # per step, plain and drafting (learned)
-        self._overhead_w = [0.0, 0.0]
         self._ratio: dict[int, list[float]] = {}   # rows -> decayed [sum of measured/predicted, weight]
         self._all = [0.0, 0.0]
         self._lock = threading.Lock()
@@ -107,6 +107,10 @@ class CostModel:
         s, w = self._ratio.get(n, _NONE)
         return (s + 2.0 * g) / (w + 2.0)
 
+    def seen(self, n: int) -> float:
+        """How many verifies of n rows were timed (decayed)."""
+        return self._ratio.get(n, _NONE)[1] if self.learn else float("inf")
+
     def verify(self, n: int, pos: float = 0.0) -> float:
         """Predicted seconds of a verify of n rows at mean position pos."""
         return self.ratio(n) * self.base(n, pos) if n > 0 else 0.0
@@ -115,23 +119,38 @@ class CostModel:
         """Seconds n more rows add to a verify that already carries `before` rows."""
         return self.verify(before + n, pos) - self.verify(before, pos)
 
+    # Draft cost and step overhead depend on the mode ("greedy" or "sample": sampled drafts
+    # choose each token in Python), so each mode learns its own.
+
+    def draft_cost(self, mode: str = "greedy") -> float:
+        """Seconds per draft token (the head's decodes and the token choice)."""
+        return self._mean(("draft", mode), self._c_draft)
+
     @property
     def c_draft(self) -> float:
-        return self._c_draft
+        return self.draft_cost()
 
-    def overhead(self, drafting: bool) -> float:
+    def overhead(self, drafting: bool, mode: str = "greedy") -> float:
         """Seconds a step spends outside the draft and verify decodes (choosing, accepting,
         handing rows over): a plain step's, or a drafting step's."""
-        return self._overhead[int(drafting)]
+        return self._mean(("overhead", drafting, mode), self._overhead[int(drafting)])
 
-    def observe_overhead(self, drafting: bool, seconds: float) -> None:
-        if not self.learn or seconds < 0:
+    def observe_overhead(self, drafting: bool, seconds: float, mode: str = "greedy") -> None:
+        if seconds >= 0:
+            self._observe(("overhead", drafting, mode), self._overhead[int(drafting)], 0.0, seconds)
+
+    def _mean(self, key, prior: float) -> float:
+        v = self._means.get(key)
+        return prior if v is None else v[0]
+
+    def _observe(self, key, prior: float, prior_weight: float, x: float) -> None:
+        if not self.learn:
             return
         with self._lock:
-            i = int(drafting)
-            w = self._decay * self._overhead_w[i]
-            self._overhead[i] = (w * self._overhead[i] + seconds) / (w + 1.0)
-            self._overhead_w[i] = w + 1.0
+            v = self._means.setdefault(key, [prior, prior_weight])
+            w = self._decay * v[1]
+            v[0] = (w * v[0] + x) / (w + 1.0)
+            v[1] = w + 1.0
 
     def observe_verify(self, n: int, pos: float, seconds: float) -> None:
         """A verify of n rows at mean position pos took these seconds."""
@@ -144,18 +163,15 @@ class CostModel:
                 acc[0] = d * acc[0] + r
                 acc[1] = d * acc[1] + 1.0
 
-    def observe_draft(self, n_tokens: int, seconds: float) -> None:
+    def observe_draft(self, n_tokens: int, seconds: float, mode: str = "greedy") -> None:
         """Drafting n_tokens took these seconds (decodes of the head and token choice)."""
-        if not self.learn or n_tokens < 1 or seconds <= 0:
-            return
-        with self._lock:
-            w = self._decay * self._draft_w
-            self._c_draft = (w * self._c_draft + seconds / n_tokens) / (w + 1.0)
-            self._draft_w = w + 1.0
+        if n_tokens >= 1 and seconds > 0:
+            self._observe(("draft", mode), self._c_draft, 1.0, seconds / n_tokens)
 
     def describe(self) -> dict:
         return {"rows": {int(n): float(t) for n, t in zip(self._n[1:], self._t[1:])}, "attn": self.attn,
-                "c_draft": self._c_draft, "overhead": list(self._overhead),
+                "c_draft": {m: self.draft_cost(m) for m in ("greedy", "sample")},
+                "overhead": {m: [self.overhead(False, m), self.overhead(True, m)] for m in ("greedy", "sample")},
                 "ratio": {n: self.ratio(n) for n in sorted(self._ratio)}}
 
 
@@ -188,24 +204,33 @@ def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_thr
                     ctx.seq_rm(pos)
             end[0] = pos
 
-        def timed(n: int, pos: int) -> float:
-            best = float("inf")
-            for _ in range(CALIBRATION_REPEATS):
-                rewind(pos)
-                t = time.perf_counter()
-                ctx.decode(toks[pos:pos + n], pos)
-                end[0] = pos + n
-                best = min(best, time.perf_counter() - t)
-            return best
+        def once(n: int, pos: int) -> float:
+            rewind(pos)
+            t = time.perf_counter()
+            ctx.decode(toks[pos:pos + n], pos)
+            end[0] = pos + n
+            return time.perf_counter() - t
 
-        timed(1, p0)                           # warm-up
+        def timed(n: int, pos: int) -> float:
+            return min(once(n, pos) for _ in range(CALIBRATION_REPEATS))
+
+        once(1, p0)                            # warm-up
+        # Row counts in rounds (the fastest of each counts), so that a burst of load on a shared
+        # machine does not fall on one row count alone; later rounds add row counts while the
+        # budget lasts.
         rows: dict[int, float] = {}
         for n in order:
-            if n in rows:
-                continue
-            if len(rows) >= 2 and time.perf_counter() - t_start > budget * 0.7:
+            if len(rows) >= 2 and time.perf_counter() - t_start > budget * 0.6:
                 break
-            rows[n] = timed(n, p0)
+            rows[n] = float("inf")
+            for m, t in rows.items():
+                rows[m] = min(t, once(m, p0))
+        for _ in range(CALIBRATION_REPEATS - 1):
+            for m, t in rows.items():
+                rows[m] = min(t, once(m, p0))
+        # n rows cost at least what fewer rows cost and at most n single-row decodes
+        for a, b in itertools.pairwise(sorted(rows)):
+            rows[b] = min(max(rows[b], rows[a]), b * rows[1])
         attn = 0.0
         # The fill costs about fill / max_rows decodes of max_rows rows: only when it fits the budget.
         est_fill = rows.get(max_rows, rows[1]) * fill / max(max_rows, 1) + 2 * CALIBRATION_REPEATS * rows[1]
@@ -297,6 +322,28 @@ class Acceptance:
         self.accepted = [x * d + (i < n_accepted) for i, x in enumerate(self.accepted)]
 
 
+_ACCEPTANCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # model -> {key: Acceptance}
+#: A new generation starts from the last generation's estimates on the model, counted this much.
+CARRY = 0.5
+
+
+def _carried_acceptance(model, key, window: int) -> Acceptance:
+    """A new policy's acceptance estimates: the last ones of this model and drafter (a new text,
+    so they count CARRY as much), else the prior; the new policy's become the model's last."""
+    n = key[1]
+    acc = Acceptance(n, window)
+    if model is None:
+        return acc
+    with _COSTS_LOCK:
+        per_model = _ACCEPTANCE.setdefault(model, {})
+        last = per_model.get(key)
+        if last is not None:
+            acc.reached = [x * CARRY for x in last.reached]
+            acc.accepted = [x * CARRY for x in last.accepted]
+        per_model[key] = acc
+    return acc
+
+
 # ---- the auto policy ------------------------------------------------------------------------------
 
 
@@ -322,15 +369,16 @@ class AutoPolicy:
     cooldown_steps_taken = 0
 
     def __init__(self, config: SpecConfig, n_max: int, *, model=None, costs: CostModel | None = None,
-                 shared: bool = False, max_rows: int | None = None) -> None:
+                 shared: bool = False, max_rows: int | None = None, mode: str = "greedy") -> None:
         self.config = config
+        self.mode = mode                       # "greedy" or "sample" (draft and step costs differ)
         self.n_max = max(1, n_max)
         self.p_min = config.p_min
         self._model = model
         self._costs = costs
         self._max_rows = max_rows or self.n_max + 1
         self.shared = shared
-        self.acceptance = Acceptance(self.n_max, config.adaptive_window)
+        self.acceptance = _carried_acceptance(model, (config.drafter, self.n_max, mode), config.adaptive_window)
         self._plain_run = 0                    # plain steps since the last draft
         self._probe_gap = PROBE_FIRST
         self._pos = 0
@@ -363,7 +411,7 @@ class AutoPolicy:
         rates = self.acceptance.rates()
         self.last_rates = rates
         c = self.costs
-        c_draft, o_plain, o_draft = c.c_draft, c.overhead(False), c.overhead(True)
+        c_draft, o_plain, o_draft = c.draft_cost(self.mode), c.overhead(False, self.mode), c.overhead(True, self.mode)
         gain, cost, reach = [tokens_before + 1.0], [c.verify(rows_before + 1, n_past) + o_plain], 1.0
         for k in range(1, self.n_max + 1):
             reach *= rates[k - 1]
@@ -381,13 +429,21 @@ class AutoPolicy:
         probe = False
         if k == 0:
             self._plain_run += 1
-            # A probe (one draft token, to keep the estimate current) is expected to lose
+            # A probe (a draft, to keep the estimate current) is expected to lose
             # `loss` seconds against a plain step: space them so that they cost at most
             # PROBE_BUDGET of the time (and back off further while they are rejected).
-            loss = max(0.0, (cost[1] - cost[0]) - (gain[1] - gain[0]) / tps[0])
-            gap = max(self._probe_gap, min(PROBE_CAP, loss / (PROBE_BUDGET * cost[0])))
+            # (the probe drafts the best length but 0: where a long draft pays and a short one
+            # does not, a one-token probe would never find out)
+            probe_k = max(range(1, len(tps)), key=tps.__getitem__)
+            loss = max(0.0, (cost[probe_k] - cost[0]) - (gain[probe_k] - gain[0]) / tps[0])
+            gap = self._probe_gap
+            if self.costs.seen(self._rows_before + probe_k + 1) >= PROBE_MIN:
+                # (until a probe's rows were timed a few times, the calibration alone says what
+                # they cost: probe at the plain gap, so that a calibration that a burst of load
+                # made too dear is corrected)
+                gap = max(gap, min(PROBE_CAP, loss / (PROBE_BUDGET * cost[0])))
             if self._plain_run >= gap:
-                k, probe = 1, True
+                k, probe = probe_k, True
         if self.config.p_min == 0.0:
             self.p_min = self._cut(k, probe, tps, cost)
         self.trace.append(Choice(k, probe, float(tps[k]), gain[k] - tokens_before))
@@ -417,10 +473,11 @@ class AutoPolicy:
             self.costs.observe_verify(rows, self._pos, t_verify)
             if choice is not None and len(self.trace) > 1:
                 # (not the first step: it also pays one-off set-up; a preempted step is capped)
-                self.costs.observe_overhead(n_drafted > 0, min(step - t_draft - t_verify, 2 * (t_draft + t_verify)))
+                self.costs.observe_overhead(n_drafted > 0, min(step - t_draft - t_verify, 2 * (t_draft + t_verify)),
+                                            self.mode)
             # a draft after plain steps (or the first) also feeds the head the tokens it missed
             if n_drafted and self._drafted_last and self._drafted_once:
-                self.costs.observe_draft(n_drafted, t_draft)
+                self.costs.observe_draft(n_drafted, t_draft, self.mode)
         if n_drafted:
             self._drafted_once = True
             self.acceptance.update(n_drafted, n_accepted)
@@ -461,10 +518,12 @@ def plan_batch(speculators, max_new: list[int | None]) -> list[int]:
 
 
 def make_policy(spec: SpecConfig, n_max: int, *, model=None, costs: CostModel | None = None, shared: bool = False,
-                max_rows: int | None = None):
-    """The policy a SpecConfig asks for (n_max: the longest draft the drafter allows)."""
+                max_rows: int | None = None, greedy: bool = True):
+    """The policy a SpecConfig asks for (n_max: the longest draft the drafter allows; greedy:
+    whether the generation samples, which changes what drafting costs)."""
     if spec.policy == "auto":
-        return AutoPolicy(spec, n_max, model=model, costs=costs, shared=shared, max_rows=max_rows)
+        return AutoPolicy(spec, n_max, model=model, costs=costs, shared=shared, max_rows=max_rows,
+                          mode="greedy" if greedy else "sample")
     if spec.policy == "adaptive" and not spec.adaptive:
         spec = spec.model_copy(update={"adaptive": True})
     return DraftPolicy(spec, n_max)

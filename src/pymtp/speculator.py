@@ -98,7 +98,8 @@ class MTPSpeculator:
         n_max = min(spec.n_draft, self.drafter.max_draft) if self.drafter else 0
         self.n_max_draft = n_max
         self.policy = make_policy(spec, n_max, model=self.model, shared=self.batch_rows > 0,
-                                  max_rows=self.batch_rows or n_max + 1) if self.drafter else None
+                                  max_rows=self.batch_rows or n_max + 1,
+                                  greedy=self.sampling.greedy) if self.drafter else None
         self.rollback = rollback_for(self.target, n_max)
         if self.drafter:
             self.drafter.verify_cost = self.policy.verify_cost     # for drafters that weigh costs

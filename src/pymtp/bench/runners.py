@@ -72,6 +72,9 @@ def run_pymtp(session: Session, v: Variant, prompt: str, temp: float | SamplingS
         "t_draft": st.t_draft, "t_verify": st.t_verify, "t_python": st.t_python, "t_total": st.t_total,
         "acceptance_rate": st.acceptance_rate, "mean_accepted": st.mean_accepted,
         "tokens_per_step": st.tokens_per_step, "finish_reason": r.finish_reason,
+        # the auto policy: the draft length of each step, its predicted and measured tok/s (means)
+        **({"k_chosen": list(st.k_chosen), "tps_predicted_mean": sum(st.tps_predicted) / len(st.tps_predicted),
+            "tps_measured_mean": sum(st.tps_measured) / len(st.tps_measured)} if st.k_chosen else {}),
     }
 
 
