@@ -204,7 +204,7 @@ def train(args, work: Path, log=print) -> dict:
         seconds += time.time() - t0
         cpu += time.process_time() - c0
         if step % 10 == 0:
-            row = {"step": step, "seconds": round(seconds, 1), "train_loss": round(float(loss), 5)}
+            row = {"step": step, "seconds": round(seconds, 1), "train_loss": round(float(loss.detach()), 5)}
             row |= {f"train_agree{k + 1}": round(f["agree"], 4) for k, f in enumerate(figs)}
             curve.append(row)
             log(_fmt(row))
