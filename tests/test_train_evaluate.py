@@ -54,3 +54,14 @@ def test_the_prompt_is_not_counted_and_the_old_interface_stays(tiny):
     assert tf.figures()["chat"]["positions"] == len(toks) - 1 - 48     # predictions of x(50) onwards
     agree, n = evaluate_head.teacher_forced(tiny, [(toks, 1)])
     assert n == len(toks) - 1 and 0 < agree < n
+
+
+def test_a_shared_trunk_pass_counts_as_its_own(tiny):
+    toks = _toks(tiny)
+    every = np.arange(tiny.n_vocab)
+    own, shared = evaluate_head.TeacherForced(tiny, every), evaluate_head.TeacherForced(tiny, every)
+    own.add("code", toks, 1)
+    shared.add("code", toks, 1, own.trunk(toks[:evaluate_head.WINDOW]))
+    own.close()
+    shared.close()
+    assert own.figures() == shared.figures()

@@ -62,15 +62,20 @@ class TeacherForced:
         # domain -> [agree (draft vocab), agree (full), positions, agree (the other draft vocab)]
         self.counts: dict[str, np.ndarray] = {}
 
-    def add(self, domain: str, toks: list[int], first: int) -> None:
+    def trunk(self, toks: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The trunk's argmax per row (row q predicts x(q+1)) and its hidden rows."""
+        self.t.seq_rm(0)
+        self.t.decode(toks, 0)
+        return self.t.logits().argmax(1), self.t.hidden().copy()
+
+    def add(self, domain: str, toks: list[int], first: int, trunk=None) -> None:
+        """Count one document; trunk: trunk(toks) already computed (by any model with the
+        same trunk: the heads measured share the F16 trunk's bytes)."""
         toks = toks[:teacher_text.WINDOW]
         if len(toks) < 3:
             return
-        self.t.seq_rm(0)
+        trunk_next, h = trunk if trunk is not None else self.trunk(toks)
         self.d.seq_rm(0)
-        self.t.decode(toks, 0)
-        trunk_next = self.t.logits().argmax(1)           # row q predicts x(q+1)
-        h = self.t.hidden().copy()
         self.d.decode(toks[1:], 0, h[0], h[1:-1])        # row p: (x(p+1), h(p)) predicts x(p+2)
         logits = self.d.logits()
         head_full = logits.argmax(1)
@@ -185,9 +190,14 @@ def evaluate(heads: dict[str, Path], *, text: Path | None, per_domain: int = 20,
     out = {name: {"head": str(h)} for name, h in heads.items()}
     t0 = time.time()
     tf = {name: TeacherForced(s.model, vocab, alt) for name, s in sessions.items()}
+    lead = next(iter(tf.values()))
     for d in docs:
-        for name in heads:                         # the heads take turns on each document
-            tf[name].add(d["domain"], d["tokens"], d["first"])
+        toks = d["tokens"][:WINDOW]
+        if len(toks) < 3:
+            continue
+        rows = lead.trunk(toks)                    # one trunk pass; the heads take turns on it
+        for name in heads:
+            tf[name].add(d["domain"], toks, d["first"], rows)
     for name in heads:
         out[name]["teacher_forced_k1"] = tf[name].figures()
         tf[name].close()
@@ -209,8 +219,8 @@ def main(argv=None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--head", type=Path, action="append", default=[], help="a head GGUF to measure beside the shipped one")
     ap.add_argument("--text", type=Path, default=None, help="trunk-text.jsonl (default: selfdistill's, in the cache)")
-    ap.add_argument("--per-domain", type=int, default=20, help="held-out trunk texts per domain")
-    ap.add_argument("--human-tokens", type=int, default=10_000, help="held-out human tokens per domain (about)")
+    ap.add_argument("--per-domain", type=int, default=12, help="held-out trunk texts per domain")
+    ap.add_argument("--human-tokens", type=int, default=6_000, help="held-out human tokens per domain (about)")
     ap.add_argument("--prompts", type=int, default=8, help="prompts per kind (chat, prose, code)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--draft-vocab", type=int, default=4096)

@@ -64,6 +64,15 @@ def prepare(args, work: Path, log=print) -> dict:
                                      "cpu_seconds": round(time.process_time() - c0, 1),
                                      "new_tokens": _generated_tokens(text) - n0}
         docs = teacher_text.trunk_documents(text) if text.exists() else []
+        # held-out trunk texts only feed the training curve (evaluate_head measures the rest)
+        kept, per = [], {}
+        for d in docs:
+            if d["held_out"]:
+                per[d["domain"]] = per.get(d["domain"], 0) + 1
+                if per[d["domain"]] > args.held_trunk_docs:
+                    continue
+            kept.append(d)
+        docs = kept
         docs += teacher_text.human_documents(m, code_tokens=args.code_tokens, docs_tokens=args.docs_tokens,
                                              seed=args.seed)
         vocab = draft_vocab.frequent_tokens(m, args.draft_vocab)
@@ -195,7 +204,7 @@ def train(args, work: Path, log=print) -> dict:
         seconds += time.time() - t0
         cpu += time.process_time() - c0
         if step % 10 == 0:
-            row = {"step": step, "seconds": round(seconds, 1), "train_loss": round(float(loss), 5)}
+            row = {"step": step, "seconds": round(seconds, 1), "train_loss": round(float(loss.detach()), 5)}
             row |= {f"train_agree{k + 1}": round(f["agree"], 4) for k, f in enumerate(figs)}
             curve.append(row)
             log(_fmt(row))
@@ -243,6 +252,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--n-code", type=int, default=400, help="stdlib openings the trunk continues")
     ap.add_argument("--gen-tokens", type=int, default=160)
     ap.add_argument("--gen-seqs", type=int, default=32, help="texts generated together (pymtp.Batch slots)")
+    ap.add_argument("--held-trunk-docs", type=int, default=10,
+                    help="held-out trunk texts per domain extracted for the training curve")
     ap.add_argument("--code-tokens", type=int, default=300_000, help="human code (stdlib) for training")
     ap.add_argument("--docs-tokens", type=int, default=150_000, help="human prose (package docs) for training")
     ap.add_argument("--top-k", type=int, default=32, help="the trunk's next tokens kept per position")
