@@ -59,6 +59,24 @@ def _grow_until_fits(call, size: int, ctype: str = "char[]"):
     raise AssertionError("unreachable")
 
 
+def max_ubatch() -> int:
+    """$PYMTP_MAX_UBATCH: the most rows llama.cpp computes in one pass (0, unset: n_batch).
+    8 makes every decode, prefills included, go through the CPU kernels whose bits do not
+    depend on the batch (patches 0004, 0005), so a row's bits do not depend on the cache state
+    either (a prompt taken from the cache, or decoded again); prefills then run in pieces of 8
+    rows (docs/design/exactness.md)."""
+    env = os.environ.get("PYMTP_MAX_UBATCH")
+    if not env:
+        return 0
+    try:
+        n = int(env)
+    except ValueError:
+        raise ValueError(f"PYMTP_MAX_UBATCH must be a non-negative int, got {env!r}") from None
+    if n < 0:
+        raise ValueError(f"PYMTP_MAX_UBATCH must be a non-negative int, got {env!r}")
+    return n
+
+
 def default_threads() -> int:
     """Threads a context decodes with when none are given: $PYMTP_THREADS, else one less than
     the physical cores this process may use (at least 1). Measured on 2 cores
@@ -328,6 +346,8 @@ class _Context:
         if n_batch < 1:
             raise ValueError("n_batch must be at least 1")
         p.n_ctx, p.n_batch, p.n_rs_seq, p.n_seq_max = n_ctx, n_batch, n_rs_seq, n_seq_max
+        cap = max_ubatch()
+        p.n_ubatch = min(n_batch, cap) if cap else 0
         p.n_threads = p.n_threads_batch = n_threads or default_threads()
         return p
 
