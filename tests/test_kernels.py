@@ -116,9 +116,10 @@ def _matmul_model(path, qtype: QT, n_vocab_extra: int, seed: int = 0):
 
 
 #: normalized mean squared error allowed against float64 (ggml's test-backend-ops uses 5e-4
-#: for quantized products): F32 and F16 weights meet F32 activations exactly, the others meet
+#: for quantized products): F32 weights meet F32 activations; F16 weights meet F32 activations
+#: in the x86 kernels and F16 ones in the vec_dot of other CPUs (~1e-7); the others meet
 #: activations quantized to 8 bits (Q8_0 or Q8_K)
-NMSE = {QT.F32: 1e-10, QT.F16: 1e-10, QT.Q8_0: 5e-4, QT.Q4_0: 5e-4, QT.Q5_0: 5e-4, QT.Q4_K: 5e-4, QT.Q6_K: 5e-4}
+NMSE = {QT.F32: 1e-10, QT.F16: 1e-6, QT.Q8_0: 5e-4, QT.Q4_0: 5e-4, QT.Q5_0: 5e-4, QT.Q4_K: 5e-4, QT.Q6_K: 5e-4}
 
 
 # 304 output rows: Q4_0 and Q4_K weights go to the repacked (interleaved) layout on AVX2;
