@@ -35,7 +35,7 @@ N_MAX = 8
 # ---------------------------------------------------------------------------------------------
 
 
-def worker(paths: dict[str, str], positions: list[int]) -> None:
+def worker(paths: dict[str, str], positions: list[int], threads: int | None) -> None:
     import pymtp
 
     n_ctx = max(positions) + N_MAX + 8
@@ -44,7 +44,7 @@ def worker(paths: dict[str, str], positions: list[int]) -> None:
     for name, path in paths.items():
         m = pymtp.Model(path)
         for pos in positions:
-            t = pymtp.TargetContext(m, n_ctx=n_ctx, n_batch=512)
+            t = pymtp.TargetContext(m, n_ctx=n_ctx, n_batch=512, n_threads=threads)
             toks = [int(x) for x in rng.integers(200, 40000, pos + N_MAX)]
             for p0 in range(0, pos, 512):
                 t.decode(toks[p0:min(pos, p0 + 512)], p0)
@@ -63,9 +63,9 @@ def worker(paths: dict[str, str], positions: list[int]) -> None:
 
 
 class Worker:
-    def __init__(self, lib: str, paths: dict[str, str], positions: list[int]) -> None:
+    def __init__(self, lib: str, paths: dict[str, str], positions: list[int], threads: int | None) -> None:
         env = dict(os.environ, PYMTP_LIBRARY=str(Path(lib).resolve()))
-        arg = json.dumps({"paths": paths, "positions": positions})
+        arg = json.dumps({"paths": paths, "positions": positions, "threads": threads})
         self.p = subprocess.Popen([sys.executable, __file__, "--worker", arg], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True, env=env)
         line = self.p.stdout.readline().strip()
@@ -148,19 +148,22 @@ def cpu_name() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--stock", required=True, help="libpymtp.so built from the stock pinned tree")
-    ap.add_argument("--patched", required=True, help="libpymtp.so built with the small-batch patch")
+    ap.add_argument("--stock", help="libpymtp.so built from the stock pinned tree (required)")
+    ap.add_argument("--patched", help="libpymtp.so built with the small-batch patch (required)")
     ap.add_argument("--types", default="F16,Q8_0,Q4_K_M")
     ap.add_argument("--positions", default="100,2000")
     ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=None, help="decode threads (default: pymtp's)")
     ap.add_argument("--work", default="build/batch_cost", help="where the quantized copies are kept")
     ap.add_argument("--out", default=None, help="write the medians as JSON here")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker is not None:
         w = json.loads(a.worker)
-        worker(w["paths"], w["positions"])
+        worker(w["paths"], w["positions"], w["threads"])
         return
+    if not a.stock or not a.patched:
+        ap.error("--stock and --patched are required")
 
     types = a.types.split(",")
     positions = [int(p) for p in a.positions.split(",")]
@@ -168,7 +171,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     paths = model_paths(types, work)
     libs = {"stock": a.stock, "patched": a.patched}
-    workers = {k: Worker(v, paths, positions) for k, v in libs.items()}
+    workers = {k: Worker(v, paths, positions, a.threads) for k, v in libs.items()}
     times = {(lib, t, p, n): [] for lib in libs for t in types for p in positions for n in range(1, N_MAX + 1)}
     order = [(t, p, n) for t in types for p in positions for n in range(1, N_MAX + 1)]
     rng = np.random.default_rng(1)
@@ -180,7 +183,9 @@ def main() -> None:
     for w in workers.values():
         w.close()
 
-    threads = os.cpu_count() or 1
+    from pymtp.model import default_threads
+
+    threads = a.threads or default_threads()
     bw = read_bandwidth(threads)
     med = {k: float(np.median(v)) for k, v in times.items()}
     print(f"# {cpu_name()}, {threads} threads; medians of {a.repeats}, interleaved; read bandwidth {bw:.1f} GB/s")
