@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import SAME_ROW_ATOL
 
 import pymtp
 from pymtp import GenerationConfig, SamplingConfig, SpecConfig
 from pymtp.batch import Batch
 from pymtp.errors import PymtpError, UnsupportedError
 from pymtp_testing.fixtures import FAMILIES
-
-from conftest import SAME_ROW_ATOL
 
 PROMPTS = ["def parse(line):\n    ", "class Stack:\n    def", "import os\n\ndef walk(", "for i in range(10):\n",
            "x = [", "return self."]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from conftest import CHATML
 
 import pymtp
-from conftest import CHATML
 from pymtp.chat import chat, chat_prompt, chat_stop_strings, chat_stream, normalize_messages
 from pymtp.errors import UnsupportedError
+
 
 @pytest.fixture(scope="module")
 def chat_model(gguf, tmp_path_factory):

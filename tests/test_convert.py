@@ -12,8 +12,8 @@ import pytest
 
 import pymtp
 from pymtp import convert
-from pymtp_testing import fixtures
 from pymtp.quant import mtp_blocks, quantize
+from pymtp_testing import fixtures
 
 TEXT = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n" * 2
 

@@ -8,8 +8,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_distribution import (N_SAMPLES, N_THREADS, P_EXACT, TOP_K6, Coverage, draw, exact_continuations,
-                               p_values, q_of, sample_continuations)
+from test_distribution import (
+    N_SAMPLES,
+    N_THREADS,
+    P_EXACT,
+    TOP_K6,
+    Coverage,
+    draw,
+    exact_continuations,
+    p_values,
+    q_of,
+    sample_continuations,
+)
 
 import pymtp
 from pymtp import SpecConfig

@@ -8,9 +8,8 @@ import pytest
 
 import pymtp
 from pymtp.bench.base import BenchError
+from pymtp.bench.echo import SMALL_SHAPE, EchoMaps, EchoShape, echo_path, main, make_echo, parse_name, shape_for_params
 from pymtp.bench.models import resolve_model
-from pymtp.bench.echo import (SMALL_SHAPE, EchoMaps, EchoShape, echo_path, main, make_echo, parse_name,
-                                shape_for_params)
 from pymtp_testing.fixtures import fixture_path
 
 PROMPTS = ("def f(x):", "the quick brown fox", "import os\nimport sys\n")

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import pymtp
-
 from pymtp_testing.fixtures import (  # noqa: E402
     FAMILIES,
     FIXTURE_VERSION,

@@ -28,7 +28,6 @@ import sys
 from dataclasses import dataclass
 
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError

@@ -8,7 +8,6 @@ import pytest
 from pymtp import _native, model
 from pymtp._native import instrument, lib
 
-
 NAMES = ("pymtp_last_error", "pymtp_build_info", "pymtp_tokenize")
 
 

@@ -8,12 +8,11 @@ import platform
 
 import numpy as np
 import pytest
+from conftest import SAME_ROW_ATOL
 
 import pymtp
 from pymtp import DraftContext, Model, TargetContext
 from pymtp.errors import InvalidHandleError, ModelLoadError, UnsupportedError
-
-from conftest import SAME_ROW_ATOL
 
 TEXT = "def add(a, b):\n    return a + b  # héllo ✓"
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_reuse import FAMILIES_ALL, RECURRENT, fresh, spec_kw
 
 import pymtp
 from pymtp import prompt_cache, speculator
 from pymtp.errors import PymtpError
 from pymtp_testing.fixtures import FAMILIES
-from test_reuse import FAMILIES_ALL, RECURRENT, fresh, spec_kw
 
 CONVERSATIONS = ("def add(a, b):", "# A tiny web server\nimport", "class Stack:\n    def push(self, x):")
 

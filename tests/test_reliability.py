@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -54,7 +54,7 @@ def load(gguf):
 def fresh(gguf):
     """fresh(family, prompt, **kw) -> the tokens a newly loaded Model generates (cached)."""
 
-    @lru_cache(maxsize=None)
+    @cache
     def run(family: str, prompt, kw: tuple):
         with pymtp.load(gguf(family), n_ctx=N_CTX) as m:
             return tuple(pymtp.generate(list(prompt) if isinstance(prompt, tuple) else prompt, m, **dict(kw)).tokens)
@@ -110,7 +110,7 @@ def test_unreadable_file(gguf, tmp_path):
             return
         code = ("import pymtp\n"
                 "try:\n    pymtp.load(%r)\nexcept pymtp.ModelLoadError as e:\n    print('REFUSED', e)\n"
-                "else:\n    print('LOADED')\n") % str(path)
+                "else:\n    print('LOADED')\n").replace("%r", repr(str(path)))
         try:
             r = subprocess.run([sys.executable, "-c", code], preexec_fn=_drop_file_capabilities,
                                capture_output=True, text=True, timeout=120)
@@ -465,7 +465,7 @@ def test_consumer_raising_inside_a_stream_loop(load, fresh, exc):
     kw = dict(max_tokens=40, ignore_eos=True)
     want = fresh("glm4moe", "Hello", **kw)
     with pytest.raises(exc):
-        for i, piece in enumerate(pymtp.stream("Hello", m, **kw)):
+        for i, _piece in enumerate(pymtp.stream("Hello", m, **kw)):
             if i == 3:
                 raise exc("consumer gave up")
     assert pymtp.generate("Hello", m, **kw).tokens == want
@@ -526,7 +526,7 @@ def test_threads_sharing_one_model(load, fresh, family):
     for _ in range(3):
         outcomes += _run_threads(4, lambda i: (PROMPTS[i], pymtp.generate(PROMPTS[i], m, **kw).tokens))
     n_ok = 0
-    for i, r in enumerate(outcomes):
+    for _i, r in enumerate(outcomes):
         if isinstance(r, PymtpError):
             assert "interrupted" in str(r), r
         else:

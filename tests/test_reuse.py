@@ -62,7 +62,7 @@ def test_alternating_conversations(family, models, same_greedy):
     s = models(family)
     kw = spec_kw(s)
     convs = [s.tokenize("def add(a, b):"), s.tokenize("# A tiny web server\nimport")]
-    for turn in range(3):
+    for _turn in range(3):
         for i, conv in enumerate(convs):
             r = pymtp.generate(conv, s, **kw)
             same_greedy(s, conv, r.tokens, fresh(s, conv, **kw).tokens)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 import pymtp
-from pymtp import SamplingConfig, SpecConfig, UnsupportedError
+from pymtp import SamplingConfig, SpecConfig
 from pymtp.rollback import N_RS_SNAPSHOTS, CheckpointTrim, KVTrim, n_rs_seq_for, rollback_for
 
 

@@ -16,8 +16,8 @@ import time
 import pytest
 
 import pymtp
-from pymtp_testing import hosts as machine
 from pymtp.errors import ModelLoadError, PymtpError
+from pymtp_testing import hosts as machine
 from pymtp_testing.hosts import DelayProxy, Namespace, netns_unavailable
 
 N = 12
@@ -41,7 +41,7 @@ class Hosts:
         self.servers: list[machine.RPCServer] = []
         self.mode = "127.0.0.1" if WHY_NO_NETNS else "network namespaces"
         try:
-            for i in range(n):
+            for _i in range(n):
                 if WHY_NO_NETNS:
                     self.servers.append(machine.RPCServer(binary=binary))
                 else:

@@ -9,12 +9,11 @@ from itertools import product
 
 import numpy as np
 import pytest
+from test_distribution import P_EXACT, _residual_ignored, goodness_of_fit
 
 from pymtp import SamplingConfig
 from pymtp.sampling import Sampler
 from pymtp_testing.reference_sampling import reference_draw, reference_probs, softmax
-
-from test_distribution import P_EXACT, _residual_ignored, goodness_of_fit
 
 RTOL = 2e-6          # float32 probabilities (numpy's reference: float64)
 

@@ -449,8 +449,8 @@ def test_streamed_logprobs_equal_the_whole_responses(served, client, stop):
 def test_a_failed_step_is_a_500_logged_once_with_the_request_id(served, monkeypatch, caplog, parallel):
     """An engine failure inside a step is the server's, not the client's: a 500 naming the request
     id (also in x-request-id), and one error record with that id in the log."""
-    from pymtp.batch import Batch
     from pymtp._native import InvalidArgumentError
+    from pymtp.batch import Batch
     from pymtp.speculator import MTPSpeculator
 
     def broken(*a, **k):

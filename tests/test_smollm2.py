@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import GPU_BUILD
 
 import pymtp
 from pymtp import convert, default_model, trunk
 from pymtp.errors import ModelLoadError
-
-from conftest import GPU_BUILD
 
 CONV_ATOL = 0.05
 CONV_MEAN_ATOL = 0.005

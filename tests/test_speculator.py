@@ -6,12 +6,11 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from conftest import SAME_ROW_ATOL
 
 import pymtp
 from pymtp import MTPSpeculator, SamplingConfig, SpecConfig
 from pymtp_testing.fixtures import FAMILIES
-
-from conftest import SAME_ROW_ATOL
 
 WORDS = ("def", "class", "return", "import", "self", "the", "fox", "(", ")", ":", "\n", "    ", "x", "=",
          "1", "é", "✓", "data", "for", "in", "if", "else", "print", "#", "[", "]", ",", "0", "None", "lambda")

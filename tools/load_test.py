@@ -15,11 +15,11 @@ differs from the same request answered alone, a hung client, a traceback in the 
 
 from __future__ import annotations
 
-from pathlib import Path
 import argparse
 import json
 import statistics
 import sys
+from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # pymtp_testing: the checkout's test helpers
 

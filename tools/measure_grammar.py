@@ -83,7 +83,7 @@ def bench_llguidance(toks, eos, encode, doc_tokens, repeats):
     assert not m.is_error(), m.get_error()
     mask = lln.allocate_token_bitmask(1, len(toks))
     fills, steps = [], []
-    for r in range(max(1, repeats // len(doc_tokens))):
+    for _r in range(max(1, repeats // len(doc_tokens))):
         m.reset()
         for t in doc_tokens:
             t0 = time.perf_counter()
@@ -112,7 +112,7 @@ def bench_xgrammar(toks, eos, doc_tokens, repeats):
     m = xgr.GrammarMatcher(g)
     mask = np.full((1, (len(toks) + 31) // 32), -1, dtype=np.int32)
     fills, steps = [], []
-    for r in range(max(1, repeats // len(doc_tokens))):
+    for _r in range(max(1, repeats // len(doc_tokens))):
         m.reset()
         for t in doc_tokens:
             t0 = time.perf_counter()
@@ -135,8 +135,8 @@ def main():
     encode = lambda s: model.tokenize(s, add_special=False)  # noqa: E731
     for label, vocab in (("49,152 (SmolLM2)", toks), ("151,552 (synthetic)", synthetic(toks, 151_552))):
         print(f"vocabulary {label}, {len(doc)} positions x {max(1, args.repeats // len(doc))}")
-        for name, run in (("llguidance", lambda: bench_llguidance(vocab, eos, encode, doc, args.repeats)),
-                          ("xgrammar", lambda: bench_xgrammar(vocab, eos, doc, args.repeats))):
+        for name, run in (("llguidance", lambda vocab=vocab: bench_llguidance(vocab, eos, encode, doc, args.repeats)),
+                          ("xgrammar", lambda vocab=vocab: bench_xgrammar(vocab, eos, doc, args.repeats))):
             try:
                 t_tok, comp, fills, steps = run()
             except ImportError as e:

@@ -19,9 +19,9 @@ import numpy as np
 
 import pymtp
 from pymtp.bench import code_prompts, prose_prompts
+from pymtp.bench.vocab import padded_vocab_path
 from pymtp.config import SpecConfig
 from pymtp.default_model import resolve
-from pymtp.bench.vocab import padded_vocab_path
 
 
 def main() -> None:

@@ -78,7 +78,7 @@ def costs(paths: list[Path], repeats: int) -> dict[Path, dict]:
         ctxs.append((p, m, t, d, toks, h))
     times = {p: {n: [] for n in range(1, 6)} | {"draft": []} for p in paths}
     for _ in range(repeats):
-        for p, m, t, d, toks, h in ctxs:
+        for p, _m, t, d, toks, h in ctxs:
             for n in range(1, 6):
                 t0 = time.perf_counter()
                 t.decode(toks[100:100 + n], 100)
@@ -135,7 +135,7 @@ def main() -> None:
     if args.no_costs:
         return
     cost = costs(list(files.values()), args.repeats)
-    for r, ((t, h), path) in zip(rows, files.items()):
+    for r, (_key, path) in zip(rows, files.items()):
         r.update(cost[path])
         r["bound_k1"] = round(bound(r["k1_trunk_greedy"], r, 1), 3)
         r["bound_k3"] = round(bound(r["k1_trunk_greedy"], r, 3), 3)

@@ -13,10 +13,10 @@ are interleaved (plain, speculative) and medians reported.
 
 from __future__ import annotations
 
-import sys
 import argparse
 import json
 import statistics
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path

@@ -10,11 +10,11 @@ nucleus is wide (top-p's worst case).
 
 from __future__ import annotations
 
-from pathlib import Path
-import sys
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 

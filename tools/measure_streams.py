@@ -15,7 +15,6 @@ measures one generation at a time.
 
 from __future__ import annotations
 
-from pathlib import Path
 import argparse
 import json
 import statistics
@@ -24,6 +23,7 @@ import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # pymtp_testing: the checkout's test helpers
 

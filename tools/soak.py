@@ -12,13 +12,13 @@ Exit status 1 when a bound (--max-growth-mib, per phase) is exceeded.
 
 from __future__ import annotations
 
-from pathlib import Path
 import argparse
 import gc
 import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 
 def rss_mib() -> float:

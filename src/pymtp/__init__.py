@@ -4,10 +4,12 @@
     print(pymtp.generate("def fibonacci(n):", max_tokens=64).text)
 """
 
-from ._native import build_info, set_log_level, system_info
 from . import display as _display
+from ._native import build_info, set_log_level, system_info
+from .batch import Batch, BatchItem
 from .chat import chat, chat_stream
 from .config import GenerationConfig, SamplingConfig, SpecConfig
+from .default_model import default_model_path
 from .errors import (
     ContextFullError,
     DecodeError,
@@ -16,8 +18,6 @@ from .errors import (
     PymtpError,
     UnsupportedError,
 )
-from .default_model import default_model_path
-from .batch import Batch, BatchItem
 from .generate import TextStream, generate, load, stream
 from .model import DraftContext, Model, TargetContext
 from .quant import quantize

@@ -11,9 +11,9 @@ import os
 import platform
 import re
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 import cffi
 

@@ -14,7 +14,7 @@ appears as text.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from .generate import GenerationResult, ModelLike, TextStream, generate, stream
 from .model import Model

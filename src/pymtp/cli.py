@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import __version__
 from .cli_options import add_generation_args, flag_name, flat_from_args, spec_flags_given

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import html
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .stats import GenerationResult, SpecStats
 

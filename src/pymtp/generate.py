@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numbers
 import os
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from typing_extensions import Unpack

@@ -43,7 +43,8 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -102,7 +102,8 @@ class Model:
     Over several hosts (see pymtp.rpc): ``rpc_servers=["host:port", ...]`` puts the layers
     on those servers' devices (``tensor_split``: each one's share, in that order; default:
     by free memory); ``mtp_local`` keeps the MTP blocks and the output head in local memory,
-    so that drafting does not cross the network and a verify sends hidden rows, not logits; ``rpc_timeout`` (seconds) bounds each exchange with a server.
+    so that drafting does not cross the network and a verify sends hidden rows, not logits;
+    ``rpc_timeout`` (seconds) bounds each exchange with a server.
     """
 
     def __init__(self, path: str | os.PathLike, *, mtp: bool = True, n_gpu_layers: int = -1,

@@ -23,6 +23,7 @@ from .model import DraftContext, Model, TargetContext
 from .rollback import n_rs_seq_for
 from .drafters import check_can_draft, drafter_kind, make_drafter
 from .prompt_cache import PromptCache, read_text, write_text
+from .rollback import n_rs_seq_for
 from .speculator import MTPSpeculator
 
 #: Memory the default context may spend on its KV cache (F16 keys and values); the default

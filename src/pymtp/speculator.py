@@ -49,7 +49,6 @@ from .constraint_state import ConstraintState
 from .sampling import LogitsProcessor, Sampler, TokenConstraint
 from .stats import SpecStats, StepResult
 
-
 #: A prompt that cuts the live text saves it first when the cut loses this many positions (or
 #: half the text): not when a few generated tokens go (sampling the same prompt again and again).
 STASH_MIN_LOST = 32

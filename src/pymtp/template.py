@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
 
 __all__ = ["render", "render_chat", "template_messages", "tool_prompt", "uses_jinja", "template_mentions_tools"]
 

@@ -11,7 +11,8 @@ Formats:
   describes the tools in a Hermes-style system message and the model answers in this format.
 * "glm45": GLM-4.5 / 4.6 / 4.7, ``<tool_call>name\\n<arg_key>k</arg_key>\\n<arg_value>v</arg_value>\\n...</tool_call>``
   (string values raw, others as JSON).
-* "qwen3_xml": Qwen3-Coder / Qwen3.5, ``<tool_call>\\n<function=name>\\n<parameter=k>\\nv\\n</parameter>\\n</function>\\n</tool_call>``.
+* "qwen3_xml": Qwen3-Coder / Qwen3.5,
+  ``<tool_call>\\n<function=name>\\n<parameter=k>\\nv\\n</parameter>\\n</function>\\n</tool_call>``.
 
 A call that does not parse (bad JSON, no name, a tool that is not offered) stays in the
 content as text; parsing never raises on model output.

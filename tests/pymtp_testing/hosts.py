@@ -18,8 +18,8 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from pymtp.errors import ModelLoadError
 from pymtp.rpc import rpc_server_binary

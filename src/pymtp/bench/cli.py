@@ -9,9 +9,10 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..session import Session
 from .base import N_CTX, SCHEMA, SMOKE_TOKENS, BenchError, log, n_cores
@@ -84,7 +85,7 @@ def _machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    from .._native import build_info     # loaded already: the runs use it
+    from .._native import build_info  # loaded already: the runs use it
 
     info["pymtp_build"] = build_info()
     return info

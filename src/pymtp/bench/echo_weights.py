@@ -12,9 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from .echo import ARCH, ECHO_VERSION, EchoShape
 from .byte_vocab import add_byte_bpe_vocab, byte_vocab
-
+from .echo import ARCH, ECHO_VERSION, EchoShape
 
 TOP_LOGIT = 16.0
 ALT_GAPS = (1.0, 1.5, 2.0)

@@ -10,9 +10,10 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..cache import cache_dir
 from .base import BenchError, log

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+
 from .. import default_model
 from ..errors import PymtpError
 from .base import BenchError, log

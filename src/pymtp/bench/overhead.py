@@ -10,8 +10,9 @@ import math
 import pstats
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .._native import instrument, lib
 from ..config import SamplingConfig, SpecConfig
@@ -157,7 +158,7 @@ def _cprofile_top(s: MTPSpeculator, max_tokens: int, top: int = 15) -> list[dict
     prof.disable()
     st = pstats.Stats(prof)
     rows = []
-    for (fname, line, func), (cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
+    for (fname, line, func), (_cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
         rows.append({"function": f"{Path(fname).name}:{line}({func})" if line else func,
                      "calls": nc, "tottime_s": tt, "cumtime_s": ct})
     rows.sort(key=lambda r: r["tottime_s"], reverse=True)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .base import log
 from .runners import Variant
@@ -125,9 +126,9 @@ def format_table(summary: list[dict[str, Any]], *, kinds: Sequence[str] = ("all"
             *((f"{c['step_ms']:.2f}", f"{c['sampling_ms_per_step']:.3f}", f"{c['python_ms_per_step']:.3f}",
                f"{100 * c['sampling_python_fraction']:.1f}") if c else ("-",) * 4),
         ])
-    widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h) for i, h in enumerate(hdr)]
+    widths = [max(len(h), *(len(row[i]) for row in lines)) if lines else len(h) for i, h in enumerate(hdr)]
     out = ["  ".join(h.ljust(w) for h, w in zip(hdr, widths)), "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(l, widths)) for l in lines]
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in lines]
     return "\n".join(out)
 
 

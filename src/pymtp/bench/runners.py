@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..config import SpecConfig
 from ..generate import generate
@@ -92,7 +93,7 @@ def run_llama(bins: dict[str, str], v: Variant, model: Path, prompt: str, temp: 
     cmd = llama_command(bins, v, model, prompt, temp, seed, max_tokens, threads)
     # llama.cpp logs from a worker thread; once in a while the tail of the log (the timings)
     # is lost at exit although the run succeeded: run it again once.
-    for attempt in range(2):
+    for attempt in range(2):  # noqa: B007 (read after the loop)
         t0 = time.perf_counter()
         p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
                            timeout=timeout)

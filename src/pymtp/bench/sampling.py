@@ -14,8 +14,9 @@ sampler chain applies top-k/top-p to the untempered logits and the temperature l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..config import SamplingConfig
 from .base import BenchError

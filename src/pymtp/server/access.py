@@ -24,7 +24,8 @@ import logging
 import re
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from starlette.requests import ClientDisconnect
 
@@ -152,7 +153,7 @@ class RequestMiddleware:
         client = scope.get("client")
         who = f"{client[0]}:{client[1]}" if client else "-"
         ticket = state.get("pymtp_ticket")
-        tokens = "%d+%d tokens " % ticket.usage() if ticket is not None else ""
+        tokens = "{}+{} tokens ".format(*ticket.usage()) if ticket is not None else ""
         access_log.log(level, '%s "%s %s" %s %s %s%.3f s %s', who, scope["method"], path, status or "-", outcome,
                        tokens, time.monotonic() - t0, rid)
 

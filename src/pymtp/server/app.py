@@ -7,8 +7,9 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Awaitable
 from contextlib import asynccontextmanager
-from typing import Any, Awaitable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse

@@ -9,7 +9,8 @@ stay open.
 from __future__ import annotations
 
 import hmac
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .errors import APIError
 

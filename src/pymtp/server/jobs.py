@@ -7,8 +7,9 @@ features are refused with a 400 naming the field, before anything runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import ValidationError
 

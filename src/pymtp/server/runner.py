@@ -16,16 +16,16 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import InvalidHandleError
 from ..request import Request
 from ..session import Session
 from ..stats import GenerationResult, SpecStats
 from ..textout import TextOutput
-from .metrics import Metrics
 from .errors import REQUEST_ID
+from .metrics import Metrics
 from .tickets import Choice, GenerationFailed, RequestTimeout, ShuttingDown, Ticket, TicketQueue
 
 __all__ = ["DEFAULT_MAX_QUEUE", "Job", "Runner", "RunnerBase"]

@@ -94,7 +94,7 @@ class CommonRequest(SettingsFields):
         """Whether a stream should end with a usage chunk (stream_options.include_usage)."""
         return bool((self.stream_options or {}).get("include_usage"))
 
-    def token_limit(self) -> Optional[int]:
+    def token_limit(self) -> int | None:
         """The most tokens the client asks for (None: the server's default)."""
         return self.max_tokens
 
@@ -108,28 +108,28 @@ class CommonRequest(SettingsFields):
 
 
 class CompletionRequest(CommonRequest):
-    prompt: Union[str, list[str], list[int], list[list[int]]]
-    echo: Optional[bool] = False
-    suffix: Optional[str] = None
-    best_of: Optional[int] = Field(None, ge=1)
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool | None = False
+    suffix: str | None = None
+    best_of: int | None = Field(None, ge=1)
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: str
-    content: Optional[Union[str, list[Any]]] = None
-    tool_calls: Optional[list[Any]] = None       # an assistant turn's calls
-    tool_call_id: Optional[str] = None           # a tool turn's answer to one
-    name: Optional[str] = None
+    content: str | list[Any] | None = None
+    tool_calls: list[Any] | None = None       # an assistant turn's calls
+    tool_call_id: str | None = None           # a tool turn's answer to one
+    name: str | None = None
 
 
 class ChatCompletionRequest(CommonRequest):
     messages: list[ChatMessage] = Field(..., min_length=1)
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
-    tools: Optional[list[Any]] = None
-    tool_choice: Optional[Any] = None
-    response_format: Optional[dict[str, Any]] = None
+    max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list[Any] | None = None
+    tool_choice: Any | None = None
+    response_format: dict[str, Any] | None = None
 
-    def token_limit(self) -> Optional[int]:
+    def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

@@ -102,7 +102,8 @@ def generate_texts(model, out: Path, *, n_chat: int, n_prose: int, max_tokens: i
             f.write(json.dumps({"kind": kind, "source": src, "held_out": held, "prompt": ptoks,
                                 "completion": r.tokens}) + "\n")
             if i % 25 == 0:
-                print(f"  generated {i + 1}/{len(jobs)} ({kind}, {len(r.tokens)} tokens, {r.stats.tokens_per_second:.0f} tok/s)", flush=True)
+                print(f"  generated {i + 1}/{len(jobs)} ({kind}, {len(r.tokens)} tokens, "
+                      f"{r.stats.tokens_per_second:.0f} tok/s)", flush=True)
     return out
 
 

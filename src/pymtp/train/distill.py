@@ -41,8 +41,15 @@ import torch
 import torch.nn.functional as F
 
 from . import corpus, data
-from .head import (HeadConfig, NextNHead, gguf_weights, init_from_trunk_block, num_params, read_head_gguf,
-                   write_head_gguf)
+from .head import (
+    HeadConfig,
+    NextNHead,
+    gguf_weights,
+    init_from_trunk_block,
+    num_params,
+    read_head_gguf,
+    write_head_gguf,
+)
 from .records import RECORDS_DIR, record_path
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "models"

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .model import MLP, MoE, RMSNorm, rope_neox
+from .model import MoE, RMSNorm, rope_neox
 
 ARCH = "glm4moe"
 GATING_SIGMOID = 2
