@@ -41,7 +41,7 @@ def assembled(trunk_type: str = "F16") -> Path:
     return cached_file(out, lambda tmp: convert.write_glm4moe(src, tmp, head=HEAD, f16=trunk_type == "F16"))
 
 
-def resolve(model: str | os.PathLike | None, file: str | None = None, revision: str | None = None) -> Path:
+def resolve(model: str | os.PathLike[str] | None, file: str | None = None, revision: str | None = None) -> Path:
     """A GGUF path for pymtp.load(model): None or "default" (the default model, $PYMTP_MODEL
     overrides), "default-q4_1", "tiny" (the small bundled model), a file path, or a Hugging
     Face Hub repository "org/repo" with file= a glob of the GGUF to take (pymtp.hub)."""

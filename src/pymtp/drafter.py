@@ -201,7 +201,7 @@ class MTPDrafter(Drafter):
         self.vocab_size = 0                # the trimmed draft vocabulary's size (0: all tokens)
 
     @property
-    def max_draft(self) -> int:
+    def max_draft(self) -> int:  # type: ignore[override]  # set by the head count, read-only
         """Chained heads draft at most one token per head."""
         return self.n_heads if self.chained else 16
 
@@ -273,7 +273,7 @@ class MTPDrafter(Drafter):
         self._flush()
         return HeadState(self.ctx.get_state(), self._kv_end, self._rows[0].copy() if self._has_pending else None)
 
-    def load(self, saved: HeadState) -> None:
+    def load(self, saved: HeadState) -> None:  # type: ignore[override]  # what its own save() gave
         if self.n_heads > 1:
             self.ctx.set_head(0)
         self.ctx.set_state(saved.kv)
@@ -285,7 +285,7 @@ class MTPDrafter(Drafter):
 
     # ---- hand-off --------------------------------------------------------------------
 
-    def observe(self, tokens: list[int], pos0: int, hidden: np.ndarray) -> None:
+    def observe(self, tokens: list[int], pos0: int, hidden: np.ndarray) -> None:  # type: ignore[override]  # wants_hidden
         """The target's KV gained `tokens` at pos0.. with these hidden rows.
 
         Queues each token with the hidden row one position earlier; the last

@@ -94,7 +94,8 @@ class Vocabulary:
             raise ValueError(f"end-of-generation ids {eos} are not all in the vocabulary (0..{n_vocab - 1})")
 
         class _Wrapper:
-            eos_token_id, bos_token_id, special_token_ids = eos[0], None, []
+            eos_token_id, bos_token_id = eos[0], None
+            special_token_ids: list[int] = []
 
             def __init__(self, toks):
                 self.tokens = toks

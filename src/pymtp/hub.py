@@ -43,7 +43,7 @@ def hub_gguf(repo_id: str, file: str | None = None, revision: str | None = None)
     except (HfHubHTTPError, OSError, ValueError) as e:
         raise ModelLoadError(f"{repo_id}: {e}") from None
     found = sorted(p for p in folder.rglob("*.gguf") if p.match(pattern) or p.relative_to(folder).match(pattern))
-    firsts = [p for p in found if not _SPLIT.search(p.name) or _SPLIT.search(p.name).group(1) == "00001"]
+    firsts = [p for p in found if (m := _SPLIT.search(p.name)) is None or m.group(1) == "00001"]
     if not firsts:
         raise ModelLoadError(f"{repo_id}: no GGUF file matches {pattern!r}")
     if len(firsts) > 1:

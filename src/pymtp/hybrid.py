@@ -46,7 +46,7 @@ class HybridDrafter(Drafter):
         self._seen = {s: np.zeros(n) for s in ("lookup", "mtp")}
         self._c_draft = {"lookup": 0.0, "mtp": 0.0}
         self.last_source = ""
-        self.last_scores: dict[str, float] = {}      # expected tokens/s of each candidate, last step
+        self.last_scores: dict[str, float | None] = {}      # expected tokens/s of each candidate, last step
 
     def configure(self, spec: SpecConfig) -> None:
         self.mtp.configure(spec)
@@ -133,8 +133,8 @@ class HybridDrafter(Drafter):
         return self.mtp.save()
 
     def load(self, saved: object) -> None:
-        self.mtp.load(saved)
+        self.mtp.load(saved)  # type: ignore[arg-type]  # what self.mtp.save() gave
 
     @property
-    def vocab_size(self) -> int:
+    def vocab_size(self) -> int:  # type: ignore[override]  # the MTP drafter's, read-only
         return self.mtp.vocab_size

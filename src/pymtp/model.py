@@ -106,7 +106,7 @@ class Model:
     ``rpc_timeout`` (seconds) bounds each exchange with a server.
     """
 
-    def __init__(self, path: str | os.PathLike, *, mtp: bool = True, n_gpu_layers: int = -1,
+    def __init__(self, path: str | os.PathLike[str], *, mtp: bool = True, n_gpu_layers: int = -1,
                  rpc_servers: Sequence[str] | None = None, tensor_split: Sequence[float] | None = None,
                  mtp_local: bool = True, rpc_timeout: float | None = None) -> None:
         self.path = Path(path)

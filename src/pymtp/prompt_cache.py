@@ -155,7 +155,7 @@ def write_text(path: str | os.PathLike, text: SavedText, model_facts: dict) -> P
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
+        np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub types the first **kwds as allow_pickle
     os.replace(tmp, path)
     return path
 

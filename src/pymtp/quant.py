@@ -21,21 +21,21 @@ GGML_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q
               "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "IQ4_NL": 20, "BF16": 30}
 
 
-def mtp_blocks(path: str | os.PathLike) -> list[int]:
+def mtp_blocks(path: str | os.PathLike[str]) -> list[int]:
     """Indices of the MTP / NextN blocks of a GGUF (the last nextn_predict_layers blocks)."""
     import gguf
 
     r = gguf.GGUFReader(str(path))
     arch = r.fields["general.architecture"].contents()
-    n = r.fields.get(f"{arch}.block_count")
-    nn = r.fields.get(f"{arch}.nextn_predict_layers")
-    if n is None or nn is None:
+    n_field = r.fields.get(f"{arch}.block_count")
+    nn_field = r.fields.get(f"{arch}.nextn_predict_layers")
+    if n_field is None or nn_field is None:
         return []
-    n, nn = int(n.contents()), int(nn.contents())
+    n, nn = int(n_field.contents()), int(nn_field.contents())
     return list(range(n - nn, n))
 
 
-def quantize(src: str | os.PathLike, dst: str | os.PathLike, *, type: str = "Q4_0",
+def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, type: str = "Q4_0",
              mtp_type: str | None = "F16", n_threads: int = 0, allow_requantize: bool = True) -> Path:
     """Write ``src`` quantized to ``type`` (a llama.cpp file type: Q4_0, Q4_K_M, Q8_0, F16, ...)
     at ``dst``; the MTP block's tensors get ``mtp_type`` (a tensor type: F16, Q8_0, ...;

@@ -21,6 +21,7 @@ from .chat import chat_prompt, chat_prompt_tokens, chat_stream
 from .display import stats_line
 from .errors import PymtpError
 from .session import Session
+from .stats import GenerationResult
 
 __all__ = ["ChatRepl", "HELP"]
 
@@ -98,7 +99,7 @@ class ChatRepl:
         self.show_stats = show_stats
         self.quiet = quiet
         self.interactive = interactive
-        self.last = None                  # the GenerationResult of the last reply that ran to its end
+        self.last: GenerationResult | None = None  # the GenerationResult of the last reply that ran to its end
         self.last_interrupted = False
 
     # ---- the loop ------------------------------------------------------------------------------
@@ -192,7 +193,7 @@ class ChatRepl:
         if not done:
             self.say("(reply interrupted)")
             return
-        if self.last.finish_reason == "context":
+        if self.last is not None and self.last.finish_reason == "context":
             self.say("(the reply stopped at the end of the context)")
         if self.show_stats and not self.quiet:
             self.say(self.stats_text())

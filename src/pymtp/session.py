@@ -81,7 +81,7 @@ class Session:
     (model "org/repo"; pymtp.hub).
     """
 
-    def __init__(self, model: Model | str | os.PathLike | None, *, n_ctx: int | None = None,
+    def __init__(self, model: Model | str | os.PathLike[str] | None, *, n_ctx: int | None = None,
                  n_threads: int | None = None, mtp: bool = True, n_gpu_layers: int = -1,
                  cache_mb: int | None = None, rpc_servers=None, tensor_split=None, mtp_local: bool = True,
                  rpc_timeout: float | None = None, file: str | None = None, revision: str | None = None) -> None:
@@ -164,7 +164,7 @@ class Session:
         return {"file": m.path.name, "size": m.path.stat().st_size, "architecture": m.architecture,
                 "n_vocab": m.n_vocab, "n_embd": m.n_embd, "n_layer": m.n_layer, "mtp": m.mtp_loaded}
 
-    def save_state(self, path: str | os.PathLike) -> Path:
+    def save_state(self, path: str | os.PathLike[str]) -> Path:
         """Write the cache of the last generation's text (prompt and output) to a file, so that a
         process started later resumes that conversation without reading it again
         (load_state). Returns the path."""
@@ -174,7 +174,7 @@ class Session:
                 raise UnsupportedError("nothing to save: this session has generated nothing yet")
             return write_text(path, spec.save(), self._model_facts())
 
-    def load_state(self, path: str | os.PathLike) -> int:
+    def load_state(self, path: str | os.PathLike[str]) -> int:
         """Read a file from save_state() into this session's prompt cache: the next prompt
         that shares its text (with the same kind of drafter) decodes only the rest. The file
         must come from the same model file. Returns the positions it holds."""
@@ -298,7 +298,7 @@ PATH_CACHE_SIZE = 2
 _by_path: OrderedDict[tuple, Session] = OrderedDict()
 
 
-def session_for_path(path: str | os.PathLike | None) -> Session:
+def session_for_path(path: str | os.PathLike[str] | None) -> Session:
     """The shared session of a GGUF path or model name (None: the default model), loaded on
     first use; a file changed on disk since is loaded again."""
     file = default_model.resolve(path)

@@ -43,7 +43,7 @@ def _jinja():
 
 def uses_jinja(template: str | None) -> bool:
     """Whether a template is Jinja text (rather than a llama.cpp built-in name) and jinja2 is here."""
-    return bool(template) and ("{{" in template or "{%" in template) and _jinja() is not None
+    return bool(template) and ("{{" in template or "{%" in template) and _jinja() is not None  # type: ignore[operator]  # bool(template): not None
 
 
 def template_mentions_tools(template: str) -> bool:
@@ -56,9 +56,10 @@ def _compile(template: str):
     jinja2 = _jinja()
     if jinja2 is None:
         raise ImportError("Jinja chat templates need jinja2: pip install 'pymtp-llm[templates]'")
+    from jinja2.ext import Extension
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    class _Generation(jinja2.ext.Extension):
+    class _Generation(Extension):
         """``{% generation %}...{% endgeneration %}`` (HF's assistant-mask tags): the body as is."""
         tags = {"generation"}
 

@@ -41,7 +41,7 @@ class TextOutput:
         self.token_logprobs: list[float] = []
         self.token_tops: list[list[tuple[int, float]]] = []
         self.finish: str | None = None
-        self._cut = None
+        self._cut: int | None = None
 
     def remaining(self) -> int:
         return self.limits.max_tokens - len(self.tokens)
@@ -96,6 +96,7 @@ class TextOutput:
         return list(zip(self.tokens[start:n], self.token_logprobs[start:n], tops))
 
     def result(self, prompt_tokens: list[int], stats: SpecStats) -> GenerationResult:
+        assert self.finish is not None             # a result is made once the output finished
         return GenerationResult(self.text, self.tokens, prompt_tokens, self.finish, stats,
                                 self.token_logprobs if self.logprobs else None,
                                 self.token_tops if self.top_logprobs else None)

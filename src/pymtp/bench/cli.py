@@ -194,6 +194,7 @@ def _bench_model(session: Session, mpath: Path, args: argparse.Namespace, thread
             if v.engine == "pymtp":
                 rec.update(run_pymtp(session, v, p.text, st, seed, n_tok))
             else:
+                assert llama is not None             # llama.cpp variants only with its tools
                 rec.update(run_llama(llama["bins"], v, mpath, p.text, st, seed, n_tok, threads))
             rec["ok"] = True
         except (BenchError, subprocess.TimeoutExpired) as e:
@@ -220,6 +221,7 @@ def _bench_model(session: Session, mpath: Path, args: argparse.Namespace, thread
             for v in mvariants:
                 if v.engine == "pymtp":
                     spec = _spec_arg(v) or None
+                    assert not isinstance(spec, bool)  # pymtp variants: a SpecConfig, or None (plain)
                     rec = step_costs(session, spec, [p.text for p in prompts], st.config(seed=2000),
                                      max_tokens=args.max_tokens, wrapper_cost=cost)
                     result["step_costs"].append({"model": label, "sampling": st.name, "temperature": st.temperature,

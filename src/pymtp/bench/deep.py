@@ -289,8 +289,9 @@ def make_deep(src_gguf: str | os.PathLike, dst_gguf: str | os.PathLike, *, n_emb
                 out = _pad_qkv(a, dims, new)
             else:
                 out = _pad_qkv(a[:, None], dims, {**new, "E": 1})[:, 0]
-            q_s = norm_scale if "attn_q_norm.weight" in has_qk_norm[blk] else 1.0
-            k_s = norm_scale if "attn_k_norm.weight" in has_qk_norm[blk] else 1.0
+            qk_norm = has_qk_norm[blk] if blk is not None else set()
+            q_s = norm_scale if "attn_q_norm.weight" in qk_norm else 1.0
+            k_s = norm_scale if "attn_k_norm.weight" in qk_norm else 1.0
             if q_s != 1.0 or k_s != 1.0:
                 out = out.astype(np.float32)
                 out[:new["Q"]] *= q_s

@@ -75,6 +75,6 @@ def default_models() -> list[Path]:
             errors.append(f"{spec}: {e}")
     if not found:
         raise BenchError("no default benchmark model is available:\n  " + "\n  ".join(errors))
-    for e in errors:
-        log(f"bench: skipping {e}")
+    for msg in errors:
+        log(f"bench: skipping {msg}")
     return found

@@ -96,7 +96,7 @@ def step_costs(session: Session, spec: SpecConfig | None, prompts: Sequence[str]
         "sampling_python_fraction": frac(samp + py), "wrapper_cost_us": cost * 1e6,
         "sampler_calls_per_step": sum(tally.calls.get(k, 0) for k in SAMPLER_CALLS) / n_steps if n_steps else 0.0,
         "native_by_call": {k: {"s": tally.seconds[k], "calls": tally.calls[k]}
-                           for k in sorted(tally.seconds, key=tally.seconds.get, reverse=True)},
+                           for k in sorted(tally.seconds, key=lambda k: tally.seconds[k], reverse=True)},
     }
 
 
@@ -142,7 +142,7 @@ def profile_python_overhead(session: Session, prompt: str, *, max_tokens: int, t
                                 "total": st.t_total},
             "native_by_call": {k: {"s": tally.seconds[k], "calls": tally.calls[k],
                                    "us_per_call": tally.seconds[k] / tally.calls[k] * 1e6}
-                               for k in sorted(tally.seconds, key=tally.seconds.get, reverse=True)},
+                               for k in sorted(tally.seconds, key=lambda k: tally.seconds[k], reverse=True)},
             "tokens_per_step": st.tokens_per_step,
         }
         if cprofile:

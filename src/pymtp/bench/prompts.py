@@ -34,7 +34,7 @@ _FALLBACK_PROSE = [
 ]
 
 
-def _heldout_sources(root: Path) -> list[tuple[str, str, ast.AST]]:
+def _heldout_sources(root: Path) -> list[tuple[str, str, ast.Module]]:
     """(relative path, text, syntax tree) of each held-out file that reads and parses."""
     if not root.is_dir():
         return []
@@ -82,7 +82,7 @@ def code_prompts(n: int = 3, *, max_chars: int = 700, root: Path | None = None) 
         funcs = sorted((f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))),
                        key=lambda f: f.lineno)
         for f in funcs:
-            n_lines = f.end_lineno - f.lineno + 1
+            n_lines = (f.end_lineno or f.lineno) - f.lineno + 1
             code = f.body[1:] if _has_docstring(f) else f.body
             if not 8 <= n_lines <= 40 or len(code) < 3 or f.decorator_list:
                 continue
@@ -100,7 +100,7 @@ def prose_prompts(n: int = 3, *, max_chars: int = 320, root: Path | None = None)
     200 characters and mostly words), cut at a word boundary near max_chars."""
     cands: list[Prompt] = []
     for rel, _, tree in _heldout_sources(root or stdlib_root()):
-        nodes = [tree] + sorted((x for x in ast.walk(tree)
+        nodes: list[ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef] = [tree] + sorted((x for x in ast.walk(tree)
                                  if isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))),
                                 key=lambda x: x.lineno)
         for node in nodes:

@@ -13,6 +13,7 @@ from typing import Any
 from ..config import SpecConfig
 from ..generate import generate
 from ..session import Session
+from ..stats import GenerationResult
 from .base import N_CTX, BenchError
 from .llama_log import parse_llama_output
 from .sampling import SamplingSetting, from_temperature
@@ -61,6 +62,7 @@ def run_pymtp(session: Session, v: Variant, prompt: str, temp: float | SamplingS
     t0 = time.perf_counter()
     r = generate(prompt, session, max_tokens=max_tokens, seed=seed, ignore_eos=True,
                  speculative=_spec_arg(v), **_setting(temp).generate_kwargs())
+    assert isinstance(r, GenerationResult)          # one prompt, one result
     wall = time.perf_counter() - t0
     st = r.stats
     n = len(r.tokens)

@@ -24,7 +24,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from starlette.requests import ClientDisconnect
@@ -91,7 +91,7 @@ class RequestMiddleware:
             self.metrics.add("in_flight", -1)
             self.metrics.request_done(scope["path"], self._outcome(state, status, complete, gone))
 
-        async def send_with_id(message: dict[str, Any]) -> None:
+        async def send_with_id(message: MutableMapping[str, Any]) -> None:
             nonlocal status, complete
             if message["type"] == "http.response.start":
                 status = message["status"]

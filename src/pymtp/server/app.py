@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections.abc import Awaitable
@@ -243,7 +244,7 @@ def serve(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, log_level:
         # The runner ends what is still running at shutdown_timeout (streams get an error event and
         # [DONE]); uvicorn's own deadline, a little later, only cancels what that did not end.
         config = uvicorn.Config(app, host=host, port=port, log_level=log_level, log_config=None, access_log=False,
-                                lifespan="on", timeout_graceful_shutdown=shutdown_timeout + 5)
+                                lifespan="on", timeout_graceful_shutdown=math.ceil(shutdown_timeout) + 5)
         Server(config).run()
         stopped = runner.close()            # the lifespan did it, unless the server never started
         if close_session:

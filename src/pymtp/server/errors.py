@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -50,7 +51,7 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return APIError(400, message, param, code=code)
 
 
-def validation_error(errors: list[dict]) -> APIError:
+def validation_error(errors: Sequence[Mapping[str, Any]]) -> APIError:
     """A 400 naming the first invalid field (param) and listing every problem."""
     msgs, param = [], None
     for err in errors:

@@ -104,6 +104,7 @@ class JobMaker:
         from ..tools import forced_call
         try:
             forced = _forced_tools(offered[0], req.tool_choice)
+            assert forced is not None                   # tool_choice forces a call here
             return Constraint(self.session.model, **forced_call(forced, offered[1], self.session.model))
         except ValueError as e:
             raise bad_request(str(e), "tool_choice") from None

@@ -60,7 +60,7 @@ def summary(results: list[GenerationResult], speculative: bool) -> dict[str, Any
             "choices": [spec_summary(r, speculative) for r in results]}
 
 
-def usage(results: list[GenerationResult]) -> dict[str, int]:
+def usage(results: list[GenerationResult]) -> dict[str, Any]:
     """OpenAI's usage: the prompt once, the completion tokens of every choice; the prompt
     tokens taken from a cache as prompt_tokens_details.cached_tokens."""
     p, c = len(results[0].prompt_tokens), sum(len(r.tokens) for r in results)
@@ -101,7 +101,7 @@ class Reply:
 
     def logprobs(self, result: GenerationResult) -> dict[str, Any]:
         """The logprobs object of a choice."""
-        return self.token_logprobs(result.tokens, result.logprobs, result.top_logprobs)
+        return self.token_logprobs(result.tokens, result.logprobs or [], result.top_logprobs)
 
     def token_logprobs(self, tokens: list[int], logprobs: list[float], tops: list | None) -> dict[str, Any]:
         """The logprobs object of these tokens (a whole choice, or a stream chunk's); tops: each
@@ -151,7 +151,7 @@ class Reply:
         last["pymtp"] = spec_summary(result, self.speculative)
         return last
 
-    def streaming(self, ticket: Ticket, first: tuple[int, str, object] | None, include_usage: bool,
+    def streaming(self, ticket: Ticket, first: tuple[int, str, Any] | None, include_usage: bool,
                   on_error=None) -> StreamingResponse:
         """Server-sent events from the ticket's (choice index, kind, value) events (first already
         taken). Each choice's chunks carry its index. An error after the stream started is
@@ -254,6 +254,8 @@ class ChatReply(Reply):
 
     def _parsed(self, text: str):
         from ..tools import parse_tool_calls
+
+        assert self.tools is not None            # a tool reply is made for a request with tools
         return parse_tool_calls(text, self.tools[1], self.tools[0])
 
     def finish(self, result: GenerationResult) -> str:
@@ -275,6 +277,7 @@ class ChatReply(Reply):
 
     def _stream(self, index: int) -> ToolCallStream:
         if index not in self._streams:
+            assert self.tools is not None
             self._streams[index] = ToolCallStream(self.tools[1], self.tools[0])
         return self._streams[index]
 

@@ -185,7 +185,7 @@ class TicketQueue:
                 self._cond.wait()
             if self.closed:
                 return None
-            out = []
+            out: list = []
             while self._pending and len(out) < n:
                 c = self._pending.popleft()
                 self._left_pending(c.ticket)

@@ -270,6 +270,7 @@ class ToolCallStream:
                 return
             self.cursor = at
             self._args("{")
+        assert self.announced is not None               # _announce() made it
         props = (self.schemas or {}).get(self.announced.name, {}).get("properties", {})
         close_tag = "</arg_value>" if glm else "</parameter>"
         while True:

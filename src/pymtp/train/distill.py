@@ -207,7 +207,7 @@ def fit(head, train: Rows, held: Rows, W, Wsub, *, steps: int, lr: float, batch:
         if step % 50 == 0 or step == steps:
             head.eval()
             with torch.no_grad():
-                ev = [loss_fn(head, W, Wsub, *b, mse_weight) for b in eval_batches]
+                ev = [loss_fn(head, W, Wsub, *b, mse_weight) for b in eval_batches]  # type: ignore[call-arg]
             head.train()
             ekl = float(np.mean([e[1] for e in ev]))
             eacc = float(np.mean([e[2] for e in ev]))
@@ -217,7 +217,7 @@ def fit(head, train: Rows, held: Rows, W, Wsub, *, steps: int, lr: float, batch:
                   flush=True)
         if step == steps:
             break
-        loss, kl, acc = loss_fn(head, W, Wsub, *train.batch(rng, batch, seq), mse_weight)
+        loss, kl, acc = loss_fn(head, W, Wsub, *train.batch(rng, batch, seq), mse_weight)  # type: ignore[call-arg]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)

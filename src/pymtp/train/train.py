@@ -172,7 +172,7 @@ def main(argv=None) -> None:
         opt.step()
         with torch.no_grad():  # aux-loss-free balancing of the MTP experts
             load = moe.last_load
-            moe.exp_probs_b += args.bias_rate * torch.sign(load.mean() - load)
+            moe.exp_probs_b += args.bias_rate * torch.sign(load.mean() - load)  # type: ignore[union-attr,operator]
         ln, lm = l_ntp.item(), l_mtp.item()
         ema_n = ln if ema_n is None else 0.95 * ema_n + 0.05 * ln
         ema_m = lm if ema_m is None else 0.95 * ema_m + 0.05 * lm
