@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
-from .generate import GenerationResult, ModelLike, TextStream, generate, stream
+from .generate import ModelLike, TextStream, generate, stream
 from .model import Model
 from .session import Session, as_session
+from .stats import GenerationResult
 from .template import content_text
 
 __all__ = ["chat", "chat_stream", "chat_prompt", "chat_prompt_tokens", "chat_stop_strings", "end_marker_stops",
            "merge_stops", "normalize_messages"]
 
-Message = dict
+Message = dict[str, Any]
 
 _PROBE = ("\x01PYMTPQ\x01", "\x01PYMTPA\x01", "\x01PYMTPU\x01")
 # A special-token-looking marker: <|...|>, <...>, </s>, [/INST]-like tags, DeepSeek's fullwidth bars.
@@ -127,8 +129,10 @@ def merge_stops(user: str | Sequence[str] | None, extra: tuple[str, ...]) -> lis
     return stops
 
 
-def _prepare(messages, session: Session, template, stop, stop_at_end_marker, tools=None, tool_choice=None,
-             jinja=None, generate_kwargs=None):
+def _prepare(messages: str | Message | Iterable[Message], session: Session, template: str | None,
+             stop: str | Sequence[str] | None, stop_at_end_marker: bool, tools: list[dict[str, Any]] | None = None,
+             tool_choice: Any = None, jinja: bool | None = None,
+             generate_kwargs: dict[str, Any] | None = None) -> tuple[list[int], list[str]]:
     if tools or jinja:
         # The GGUF's Jinja template with tools (pymtp.template); without tools and jinja, the
         # built-in template support as before.
@@ -147,7 +151,7 @@ def _prepare(messages, session: Session, template, stop, stop_at_end_marker, too
     return chat_prompt_tokens(session.model, prompt), merge_stops(stop, extra)
 
 
-def _forced_tools(tools, tool_choice) -> list[dict] | None:
+def _forced_tools(tools: Sequence[dict[str, Any]] | None, tool_choice: Any) -> list[dict[str, Any]] | None:
     """The tools a tool_choice forces a call of: the named one, or all for "required"."""
     if not tools or tool_choice in (None, "auto", "none"):
         return None
@@ -162,8 +166,8 @@ def _forced_tools(tools, tool_choice) -> list[dict] | None:
 
 def chat(messages: str | Message | Iterable[Message], model: ModelLike = None, *,
          template: str | None = None, stop: str | Sequence[str] | None = None,
-         stop_at_end_marker: bool = True, tools: list[dict] | None = None, tool_choice=None,
-         jinja: bool | None = None, **generate_kwargs) -> GenerationResult:
+         stop_at_end_marker: bool = True, tools: list[dict[str, Any]] | None = None, tool_choice: Any = None,
+         jinja: bool | None = None, **generate_kwargs: Any) -> GenerationResult:
     """Generate the assistant's reply to chat messages.
 
     messages: [{"role": "system" | "user" | "assistant", "content": str}, ...]
@@ -184,7 +188,8 @@ def chat(messages: str | Message | Iterable[Message], model: ModelLike = None, *
     try:
         tokens, stops = _prepare(messages, session, template, stop, stop_at_end_marker, tools, tool_choice,
                                  jinja, generate_kwargs)
-        return generate(tokens, session, stop=stops or None, **generate_kwargs)
+        result = generate(tokens, session, stop=stops or None, **generate_kwargs)
+        return cast(GenerationResult, result)           # one prompt, one result
     finally:
         if made:
             session.close()
@@ -192,8 +197,8 @@ def chat(messages: str | Message | Iterable[Message], model: ModelLike = None, *
 
 def chat_stream(messages: str | Message | Iterable[Message], model: ModelLike = None, *,
                 template: str | None = None, stop: str | Sequence[str] | None = None,
-                stop_at_end_marker: bool = True, tools: list[dict] | None = None, tool_choice=None,
-                jinja: bool | None = None, **generate_kwargs) -> TextStream:
+                stop_at_end_marker: bool = True, tools: list[dict[str, Any]] | None = None, tool_choice: Any = None,
+                jinja: bool | None = None, **generate_kwargs: Any) -> TextStream:
     """Like chat(), but a TextStream of reply pieces (`.result` once exhausted)."""
     session, made = as_session(model)
     try:

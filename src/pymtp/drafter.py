@@ -114,7 +114,8 @@ class Drafter:
     wants_hidden = False
     last_source = ""          # who proposed the last draft, for the statistics per source
     vocab_size = 0            # tokens a trimmed MTP head scores (0: all, or not an MTP head)
-    verify_cost = None        # set by the speculator: k -> measured seconds of a k-token verify (or None)
+    verify_cost: Callable[[int], float | None] | None = None   # set by the speculator: k -> measured
+    #   seconds of a k-token verify (or None)
 
     def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
                 p_min: float = 0.0) -> Draft:

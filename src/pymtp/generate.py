@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numbers
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
+from typing import Any, cast
 
 import numpy as np
 from typing_extensions import Unpack
@@ -137,7 +138,7 @@ class TextStream:
 MAX_BATCH = 8
 
 
-def _is_batch(prompt) -> bool:
+def _is_batch(prompt: object) -> bool:
     """A list of prompts (texts, or sequences of token ids), not one prompt of token ids."""
     if isinstance(prompt, (str, bytes, bytearray)) or not isinstance(prompt, (list, tuple)):
         return False

@@ -43,7 +43,9 @@ def _jinja():
 
 def uses_jinja(template: str | None) -> bool:
     """Whether a template is Jinja text (rather than a llama.cpp built-in name) and jinja2 is here."""
-    return bool(template) and ("{{" in template or "{%" in template) and _jinja() is not None  # type: ignore[operator]  # bool(template): not None
+    if not template:
+        return False
+    return ("{{" in template or "{%" in template) and _jinja() is not None
 
 
 def template_mentions_tools(template: str) -> bool:

@@ -20,6 +20,7 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import cast
 
 TASKS = [
     "Write a Python function that {code}.",
@@ -99,7 +100,7 @@ def generate_texts(model, out: Path, *, n_chat: int, n_prose: int, max_tokens: i
             ptoks = prompt_tokens(model, kind, src)
             r = pymtp.generate(ptoks, model, max_tokens=max_tokens, speculative=False,
                                temperature=0.0 if held else 0.7, top_p=0.9, seed=rng.randrange(1 << 30))
-            assert isinstance(r, pymtp.GenerationResult)     # one prompt, one result
+            r = cast(pymtp.GenerationResult, r)             # one prompt, one result
             f.write(json.dumps({"kind": kind, "source": src, "held_out": held, "prompt": ptoks,
                                 "completion": r.tokens}) + "\n")
             if i % 25 == 0:
@@ -175,7 +176,7 @@ def generate_many(model, out: Path, *, n_code: int, max_tokens: int, seed: int, 
                 t0 = time.time()
                 rs = pymtp.generate([j[3] for j in chunk], model, max_tokens=max_tokens, speculative=False,
                                     temperature=temp, top_p=0.9, seed=seed_)
-                assert isinstance(rs, list)                      # a list of prompts, a list of results
+                rs = cast("list[pymtp.GenerationResult]", rs)  # a list of prompts, a list of results
                 for (kind, src, held, ptoks), r in zip(chunk, rs):
                     f.write(json.dumps({"kind": kind, "source": src, "held_out": held, "prompt": list(ptoks),
                                         "completion": r.tokens, "temperature": temp}) + "\n")
