@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import SAME_ROW_ATOL
 
 import pymtp
 from pymtp import GenerationConfig, SamplingConfig, SpecConfig
@@ -17,8 +18,6 @@ from pymtp.errors import UnsupportedError
 from pymtp.hybrid import HybridDrafter
 from pymtp.lookup import PromptLookupDrafter
 from pymtp_testing.fixtures import FAMILIES, PLAIN_FAMILIES
-
-from conftest import SAME_ROW_ATOL
 
 #: Prompts that repeat themselves (prompt lookup finds matches) and ones that do not.
 PROMPTS = ["def read(path):\n    return open(path).read()\n\ndef read(path):\n",
@@ -318,7 +317,16 @@ def test_speculative_sampling_in_a_batch_matches_plain_sampling(gguf, name, kind
     the continuations follow the exact distribution; the control (a rejection drawing from p,
     not the residual) is caught through the same path. (Not hybrid: its choice of source weighs
     measured timings, so its runs are not repeatable.)"""
-    from test_distribution import CASES, N_SAMPLES, N_THREADS, P_EXACT, PROMPT, _residual_ignored, exact_continuations, p_values
+    from test_distribution import (
+        CASES,
+        N_SAMPLES,
+        N_THREADS,
+        P_EXACT,
+        PROMPT,
+        _residual_ignored,
+        exact_continuations,
+        p_values,
+    )
 
     case = CASES[name]
     with pymtp.load(gguf(case.family), n_ctx=64, n_threads=N_THREADS) as s:

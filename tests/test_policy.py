@@ -15,6 +15,7 @@ import pytest
 import pymtp
 from pymtp import SamplingConfig, SpecConfig
 from pymtp.batch import Batch
+from pymtp.bench.echo import EchoMaps, make_echo
 from pymtp.config import GenerationConfig
 from pymtp.drafter import Draft, Drafter
 from pymtp.policy import (
@@ -28,7 +29,6 @@ from pymtp.policy import (
     use_costs,
 )
 from pymtp.speculator import MTPSpeculator
-from pymtp.bench.echo import EchoMaps, make_echo
 
 #: Verifying more rows costs little (a GPU-like table): drafting wins wherever drafts are accepted.
 CHEAP = {1: 1.0, 2: 1.05, 3: 1.1, 4: 1.15, 5: 1.2, 8: 1.35, 16: 1.7, 32: 2.4}

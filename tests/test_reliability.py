@@ -26,8 +26,7 @@ import pytest
 from pydantic import ValidationError
 
 import pymtp
-from pymtp import SpecConfig
-from pymtp import DraftContext, MTPSpeculator, TargetContext
+from pymtp import DraftContext, MTPSpeculator, SpecConfig, TargetContext
 from pymtp.errors import InvalidHandleError, ModelLoadError, PymtpError, UnsupportedError
 
 N_CTX = 64            # asked for; llama.cpp rounds a context up (256 here): tests read target.n_ctx

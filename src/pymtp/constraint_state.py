@@ -8,7 +8,7 @@ held tentatively. The sampler only applies masks (pymtp.sampling)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

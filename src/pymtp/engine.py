@@ -18,7 +18,8 @@ A step that fails puts every text it had not settled back where the step found i
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .drafter import Draft, DraftRequest, draft_all
 from .policy import AutoPolicy, plan_batch

@@ -12,8 +12,9 @@ takes the Request as it is; it checks only what needs the engine (whether the pr
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import TypedDict
 

@@ -31,7 +31,8 @@ under the same rule keep speculation exact.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -171,7 +172,6 @@ class Sampler:
         return ffi.from_buffer("int32_t[]", arr), arr.size
 
     def _processed(self, row: np.ndarray, ids: list[int]) -> np.ndarray:
-        assert self.logits_processor is not None
         out = self.logits_processor(ids, np.array(row, dtype=np.float32))
         out = np.asarray(out, dtype=np.float32)
         if out.shape != np.shape(row):

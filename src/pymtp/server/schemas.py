@@ -11,7 +11,7 @@ is not JSON gets a 400 naming where it breaks (line, column and character offset
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Optional, TypeVar, Union
+from typing import Annotated, Any, Optional, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -79,16 +79,16 @@ class CommonRequest(SettingsFields):
 
     model_config = ConfigDict(extra="ignore")
 
-    model: Optional[str] = None
-    n: Optional[int] = Field(None, ge=1, le=MAX_N)
-    stream: Optional[bool] = False
-    stream_options: Optional[dict[str, Any]] = None
-    stop: Optional[Union[str, list[str]]] = None
-    logit_bias: Optional[dict[str, float]] = None          # {"token id": bias}
-    logprobs: Optional[Union[bool, int]] = None
-    top_logprobs: Optional[int] = None
-    user: Optional[str] = None
-    speculative: Optional[bool] = None                     # false: plain decoding
+    model: str | None = None
+    n: int | None = Field(None, ge=1, le=MAX_N)
+    stream: bool | None = False
+    stream_options: dict[str, Any] | None = None
+    stop: str | list[str] | None = None
+    logit_bias: dict[str, float] | None = None          # {"token id": bias}
+    logprobs: bool | int | None = None
+    top_logprobs: int | None = None
+    user: str | None = None
+    speculative: bool | None = None                     # false: plain decoding
 
     def wants_usage(self) -> bool:
         """Whether a stream should end with a usage chunk (stream_options.include_usage)."""

@@ -29,7 +29,6 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 

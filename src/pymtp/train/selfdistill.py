@@ -47,6 +47,7 @@ def prepare(args, work: Path, log=print) -> dict:
     """Trunk text, teacher shards, draft vocabulary and embeddings; returns timing figures."""
     import pymtp
     from pymtp import default_model, draft_vocab
+
     from .head import gguf_weights
 
     figures = {}
