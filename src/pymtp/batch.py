@@ -14,6 +14,7 @@ new text goes to the free slot whose last text shares the longest prefix with it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from . import engine
 from .config import GenerationConfig, SamplingConfig, SpecConfig
@@ -26,6 +27,9 @@ from .session import Session
 from .speculator import MTPSpeculator
 from .stats import GenerationResult, StepResult
 from .textout import TextOutput
+
+if TYPE_CHECKING:
+    from .session import Session
 
 
 @dataclass
@@ -58,7 +62,7 @@ class Batch:
         a.result.text
     """
 
-    def __init__(self, model, n_seq: int = 4, *, n_ctx: int = 2048, n_batch: int = 512,
+    def __init__(self, model: Session | Model, n_seq: int = 4, *, n_ctx: int = 2048, n_batch: int = 512,
                  spec: SpecConfig | bool | None = True) -> None:
         self.session = model if isinstance(model, Session) else None
         self.model: Model = model.model if isinstance(model, Session) else model
@@ -184,5 +188,10 @@ class Batch:
     def __enter__(self) -> Batch:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _head(it: BatchItem) -> MTPDrafter:
+    """The MTP head drafter of a text that drafts in the batch's shared decodes."""
+    return cast(MTPDrafter, it.speculator.drafter)

@@ -6,7 +6,7 @@ CLI's flags are derived from their fields."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -34,7 +34,7 @@ class SamplingConfig(BaseModel):
 
     @field_validator("logit_bias", mode="before")
     @classmethod
-    def _bias_pairs(cls, value):
+    def _bias_pairs(cls, value: Any) -> Any:
         if isinstance(value, dict):      # OpenAI sends {"token id": bias}
             value = value.items()
         try:

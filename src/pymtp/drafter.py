@@ -24,6 +24,7 @@ older code).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -114,7 +115,8 @@ class Drafter:
     wants_hidden = False
     last_source = ""          # who proposed the last draft, for the statistics per source
     vocab_size = 0            # tokens a trimmed MTP head scores (0: all, or not an MTP head)
-    verify_cost = None        # set by the speculator: k -> measured seconds of a k-token verify (or None)
+    verify_cost: Callable[[int], float | None] | None = None   # set by the speculator: k -> measured
+    #   seconds of a k-token verify (or None)
 
     def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
                 p_min: float = 0.0) -> Draft:
@@ -201,7 +203,7 @@ class MTPDrafter(Drafter):
         self.vocab_size = 0                # the trimmed draft vocabulary's size (0: all tokens)
 
     @property
-    def max_draft(self) -> int:
+    def max_draft(self) -> int:  # type: ignore[override]  # set by the head count, read-only
         """Chained heads draft at most one token per head."""
         return self.n_heads if self.chained else 16
 
@@ -273,7 +275,7 @@ class MTPDrafter(Drafter):
         self._flush()
         return HeadState(self.ctx.get_state(), self._kv_end, self._rows[0].copy() if self._has_pending else None)
 
-    def load(self, saved: HeadState) -> None:
+    def load(self, saved: HeadState) -> None:  # type: ignore[override]  # what its own save() gave
         if self.n_heads > 1:
             self.ctx.set_head(0)
         self.ctx.set_state(saved.kv)
@@ -285,7 +287,7 @@ class MTPDrafter(Drafter):
 
     # ---- hand-off --------------------------------------------------------------------
 
-    def observe(self, tokens: list[int], pos0: int, hidden: np.ndarray) -> None:
+    def observe(self, tokens: list[int], pos0: int, hidden: np.ndarray) -> None:  # type: ignore[override]  # wants_hidden
         """The target's KV gained `tokens` at pos0.. with these hidden rows.
 
         Queues each token with the hidden row one position earlier; the last

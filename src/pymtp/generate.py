@@ -20,10 +20,10 @@ from .session import Session, as_session
 from .stats import GenerationResult
 from .textout import TextOutput
 
-ModelLike = Session | Model | str | os.PathLike | None
+ModelLike = Session | Model | str | os.PathLike[str] | None
 
 
-def load(path: str | os.PathLike | None = None, *, mtp: bool = True, n_ctx: int | None = None,
+def load(path: str | os.PathLike[str] | None = None, *, mtp: bool = True, n_ctx: int | None = None,
          n_threads: int | None = None, n_gpu_layers: int = -1, cache_mb: int | None = None,
          rpc_servers: list[str] | None = None, tensor_split: list[float] | None = None, mtp_local: bool = True,
          rpc_timeout: float | None = None, file: str | None = None, revision: str | None = None) -> Session:
@@ -137,7 +137,7 @@ class TextStream:
 MAX_BATCH = 8
 
 
-def _is_batch(prompt) -> bool:
+def _is_batch(prompt: object) -> bool:
     """A list of prompts (texts, or sequences of token ids), not one prompt of token ids."""
     if isinstance(prompt, (str, bytes, bytearray)) or not isinstance(prompt, (list, tuple)):
         return False

@@ -11,18 +11,28 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._native import check, ffi, lib
 from .errors import InvalidHandleError, ModelLoadError, UnsupportedError
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 _F32 = np.dtype(np.float32)
 
 
-def _as_tokens(tokens: Iterable[int] | np.ndarray) -> np.ndarray:
+#: Token ids: a sequence of ints or an int array (one dimension).
+Tokens = Iterable[int] | np.ndarray
+#: Per-row output flags of a decode (logits wanted for that row).
+Flags = Sequence[bool] | Sequence[int] | np.ndarray
+
+
+def _as_tokens(tokens: Tokens) -> np.ndarray:
     try:
         arr = np.ascontiguousarray(tokens, dtype=np.int32)
     except (OverflowError, ValueError, TypeError) as e:
@@ -32,7 +42,7 @@ def _as_tokens(tokens: Iterable[int] | np.ndarray) -> np.ndarray:
     return arr
 
 
-def _view(ptr, n_rows: int, n_cols: int) -> np.ndarray:
+def _view(ptr: Any, n_rows: int, n_cols: int) -> np.ndarray:
     arr = np.frombuffer(ffi.buffer(ptr, n_rows * n_cols * 4), dtype=_F32).reshape(n_rows, n_cols)
     arr.flags.writeable = False
     return arr
@@ -45,7 +55,7 @@ def last_row_only(n: int) -> np.ndarray:
     return out
 
 
-def _grow_until_fits(call, size: int, ctype: str = "char[]"):
+def _grow_until_fits(call: Callable[..., int], size: int, ctype: str = "char[]") -> tuple[Any, int]:
     """Run ``call(buf, size, needed)`` with a fresh ``ctype`` buffer of ``size`` items; when the
     shim answers PYMTP_ERR_NOSPACE (it then stores the size it needs in ``needed[0]``), run it
     once more with a buffer that large. Returns the buffer and the checked count."""
@@ -85,7 +95,7 @@ def default_threads() -> int:
     return max(1, cores - 1)
 
 
-def _new_handle(ctype: str, create, *args):
+def _new_handle(ctype: str, create: Callable[..., int], *args: Any) -> Any:
     """A native handle: ``create(*args, out)`` fills the ``ctype`` out-pointer; errors raise."""
     out = ffi.new(ctype)
     check(create(*args, out))
@@ -102,10 +112,11 @@ class Model:
     Over several hosts (see pymtp.rpc): ``rpc_servers=["host:port", ...]`` puts the layers
     on those servers' devices (``tensor_split``: each one's share, in that order; default:
     by free memory); ``mtp_local`` keeps the MTP blocks and the output head in local memory,
-    so that drafting does not cross the network and a verify sends hidden rows, not logits; ``rpc_timeout`` (seconds) bounds each exchange with a server.
+    so that drafting does not cross the network and a verify sends hidden rows, not logits;
+    ``rpc_timeout`` (seconds) bounds each exchange with a server.
     """
 
-    def __init__(self, path: str | os.PathLike, *, mtp: bool = True, n_gpu_layers: int = -1,
+    def __init__(self, path: str | os.PathLike[str], *, mtp: bool = True, n_gpu_layers: int = -1,
                  rpc_servers: Sequence[str] | None = None, tensor_split: Sequence[float] | None = None,
                  mtp_local: bool = True, rpc_timeout: float | None = None) -> None:
         self.path = Path(path)
@@ -167,7 +178,7 @@ class Model:
         """A remote server of this model failed: it must be closed and loaded again."""
         return self._h is not None and bool(check(lib.pymtp_model_failed(self._h)))
 
-    def _handle(self):
+    def _handle(self) -> Any:
         if self._h is None:
             raise InvalidHandleError(f"model {self.path.name} is closed")
         return self._h
@@ -185,7 +196,7 @@ class Model:
     def __enter__(self) -> Model:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:
@@ -218,7 +229,7 @@ class Model:
                 lambda buf, size, needed: lib.pymtp_detokenize(h, ffi.from_buffer("int32_t[]", arr), len(arr),
                                                                render_special, buf, size, needed),
                 max(64, 8 * len(arr)))
-            return ffi.unpack(buf, n)
+            return bytes(ffi.unpack(buf, n))
 
     def detokenize(self, tokens: Sequence[int], *, render_special: bool = False) -> str:
         return self.detokenize_bytes(tokens, render_special=render_special).decode("utf-8", "replace")
@@ -227,7 +238,7 @@ class Model:
         """The bytes of one token (possibly part of a UTF-8 character)."""
         with self.lock:
             n = check(lib.pymtp_token_piece(self._handle(), int(token), render_special, self._piece_buf, 256))
-            return ffi.unpack(self._piece_buf, n)
+            return bytes(ffi.unpack(self._piece_buf, n))
 
     def piece(self, token: int) -> bytes:
         """The bytes of one token (pymtp.textout's Vocabulary: a Session caches them)."""
@@ -250,10 +261,10 @@ class Model:
         if rc == lib.PYMTP_ERR_UNSUPPORTED:
             return None
         check(rc)
-        return ffi.string(out[0]).decode("utf-8", "replace")
+        return str(ffi.string(out[0]).decode("utf-8", "replace"))
 
 
-    def apply_chat_template(self, messages: Sequence[dict], *, add_assistant: bool = True,
+    def apply_chat_template(self, messages: Sequence[dict[str, Any]], *, add_assistant: bool = True,
                             template: str | None = None) -> str:
         """Format chat messages ({"role", "content"} dicts) with the GGUF's chat template
         (llama.cpp's built-in template support); UnsupportedError when there is none."""
@@ -271,7 +282,7 @@ class Model:
             lambda buf, size, needed: lib.pymtp_chat_apply(tmpl.encode(), role_arr, content_arr, len(messages),
                                                            add_assistant, buf, size, needed),
             256 + sum(len(m["content"]) for m in messages) * 2)
-        return ffi.unpack(buf, n).decode("utf-8", "replace")
+        return str(ffi.unpack(buf, n).decode("utf-8", "replace"))
 
 
 class _Context:
@@ -319,7 +330,7 @@ class _Context:
         self.model._contexts.add(self)
 
     @staticmethod
-    def _params(n_ctx: int, n_batch: int, n_rs_seq: int, n_threads: int | None, n_seq_max: int):
+    def _params(n_ctx: int, n_batch: int, n_rs_seq: int, n_threads: int | None, n_seq_max: int) -> Any:
         p = ffi.new("pymtp_ctx_params *")
         p[0] = lib.pymtp_ctx_default_params()
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_rs_seq", n_rs_seq), ("n_seq_max", n_seq_max)):
@@ -331,7 +342,7 @@ class _Context:
         p.n_threads = p.n_threads_batch = n_threads or default_threads()
         return p
 
-    def _handle(self):
+    def _handle(self) -> Any:
         if self._h is None:
             raise InvalidHandleError(f"{type(self).__name__} is closed")
         return self._h
@@ -351,10 +362,10 @@ class _Context:
     def _close_children(self) -> None:
         pass
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:
@@ -394,11 +405,11 @@ class _Context:
         """Last position held for the sequence, -1 when empty."""
         return self._pos(lib.pymtp_seq_pos_max, seq_id)
 
-    def _pos(self, fn, seq_id: int) -> int:
+    def _pos(self, fn: Callable[..., int], seq_id: int) -> int:
         out = ffi.new("int32_t *")
         with self.lock:
             check(fn(self._handle(), seq_id, out))
-        return out[0]
+        return int(out[0])
 
     def get_state(self, seq_id: int = 0, *, partial: bool = False) -> np.ndarray:
         """A copy of a sequence's memory as bytes (partial: only a hybrid's recurrent state)."""
@@ -434,7 +445,8 @@ class _Context:
         with self.lock:
             check(lib.pymtp_ctx_set_threads(self._handle(), n_threads, n_threads_batch or n_threads))
 
-    def decode_rows(self, tokens, pos, seq_ids, *, output=None, hidden: np.ndarray | None = None) -> None:
+    def decode_rows(self, tokens: Tokens, pos: Sequence[int] | np.ndarray, seq_ids: Sequence[int] | np.ndarray, *,
+                    output: Flags | None = None, hidden: np.ndarray | None = None) -> None:
         """Decode rows of several sequences in one batch: row i is tokens[i] of sequence
         seq_ids[i] at position pos[i] (each sequence continuing where it ends, in order).
         output: per-row logits flags (None = all); hidden (draft contexts): one target hidden
@@ -465,10 +477,12 @@ class _Context:
                                         ffi.from_buffer("int32_t[]", pos_arr), ffi.from_buffer("int32_t[]", seq_arr),
                                         len(arr), out_ptr, rows))
 
-    def _decode_from(self, tokens, pos0: int, seq_id: int, output, hidden: np.ndarray | None) -> None:
+    def _decode_from(self, tokens: Tokens, pos0: int, seq_id: int, output: Flags | None,
+                     hidden: np.ndarray | None) -> None:
         """decode_rows of one sequence's tokens at pos0, pos0+1, ..."""
-        n = len(tokens)
-        self.decode_rows(tokens, np.arange(pos0, pos0 + n, dtype=np.int32), np.full(n, seq_id, dtype=np.int32),
+        arr = _as_tokens(tokens)   # a Tokens iterable need not have a len()
+        n = len(arr)
+        self.decode_rows(arr, np.arange(pos0, pos0 + n, dtype=np.int32), np.full(n, seq_id, dtype=np.int32),
                          output=output, hidden=hidden)
 
 
@@ -484,7 +498,7 @@ class TargetContext(_Context):
             self._h = _new_handle("pymtp_ctx **", lib.pymtp_ctx_create, self.model._handle(), p)
             self._init_info()
 
-    def decode(self, tokens, pos0: int, *, seq_id: int = 0, output=None) -> None:
+    def decode(self, tokens: Tokens, pos0: int, *, seq_id: int = 0, output: Flags | None = None) -> None:
         """Decode tokens at positions pos0, pos0+1, ...; output: per-row logits flags (None = all).
         (decode_rows of one sequence.)"""
         self._decode_from(tokens, pos0, seq_id, output, None)
@@ -527,8 +541,8 @@ class DraftContext(_Context):
         self.vocab_ids = np.zeros(0, dtype=np.int64)     # and its token ids
         target._drafts.add(self)
 
-    def decode(self, tokens, pos0: int, hidden_first: np.ndarray, hidden_rest: np.ndarray | None = None, *,
-               seq_id: int = 0, output=None) -> None:
+    def decode(self, tokens: Tokens, pos0: int, hidden_first: np.ndarray, hidden_rest: np.ndarray | None = None, *,
+               seq_id: int = 0, output: Flags | None = None) -> None:
         """Decode tokens, token i paired with the target hidden row of position pos0+i-1.
 
         hidden_first is that row for token 0; hidden_rest holds the rows for tokens 1..
@@ -576,7 +590,7 @@ class DraftContext(_Context):
                                          ffi.from_buffer("int32_t[]", out_ids), ffi.from_buffer("float[]", out_probs),
                                          ffi.from_buffer("int32_t[]", out_n)))
 
-    def set_vocab(self, token_ids) -> None:
+    def set_vocab(self, token_ids: Tokens) -> None:
         """Score only these tokens from now on (a trimmed draft vocabulary; an empty list: all).
         The logits stay n_vocab wide, -inf elsewhere, and only a decode's last row has them."""
         ids = np.unique(np.asarray(token_ids, dtype=np.int64))

@@ -172,6 +172,7 @@ class Sampler:
         return ffi.from_buffer("int32_t[]", arr), arr.size
 
     def _processed(self, row: np.ndarray, ids: list[int]) -> np.ndarray:
+        assert self.logits_processor is not None
         out = self.logits_processor(ids, np.array(row, dtype=np.float32))
         out = np.asarray(out, dtype=np.float32)
         if out.shape != np.shape(row):

@@ -89,6 +89,8 @@ class _SeqView:
 class TargetView(_SeqView):
     """A TargetContext's sequence seq_id."""
 
+    ctx: TargetContext
+
     def decode(self, tokens, pos0: int, *, output=None) -> None:
         self.ctx.decode(tokens, pos0, seq_id=self.seq_id, output=output)
 

@@ -80,9 +80,10 @@ class Session:
     (model "org/repo"; pymtp.hub).
     """
 
-    def __init__(self, model: Model | str | os.PathLike | None, *, n_ctx: int | None = None,
+    def __init__(self, model: Model | str | os.PathLike[str] | None, *, n_ctx: int | None = None,
                  n_threads: int | None = None, mtp: bool = True, n_gpu_layers: int = -1,
-                 cache_mb: int | None = None, rpc_servers=None, tensor_split=None, mtp_local: bool = True,
+                 cache_mb: int | None = None, rpc_servers: list[str] | None = None,
+                 tensor_split: list[float] | None = None, mtp_local: bool = True,
                  rpc_timeout: float | None = None, file: str | None = None, revision: str | None = None) -> None:
         if cache_mb is not None and (not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 0):
             raise ValueError(f"cache_mb must be an int >= 0, got {cache_mb!r}")
@@ -91,7 +92,7 @@ class Session:
         if n_threads is not None and (not isinstance(n_threads, int) or isinstance(n_threads, bool) or n_threads < 1):
             raise ValueError(f"n_threads must be a positive int, got {n_threads!r}")
         self.owns_model = not isinstance(model, Model)
-        if self.owns_model:
+        if not isinstance(model, Model):
             model = Model(default_model.resolve(model, file, revision), mtp=mtp, n_gpu_layers=n_gpu_layers, rpc_servers=rpc_servers,
                           tensor_split=tensor_split, mtp_local=mtp_local, rpc_timeout=rpc_timeout)
         elif rpc_servers or tensor_split:
@@ -158,12 +159,12 @@ class Session:
 
     # ---- saved texts on disk -----------------------------------------------------------------
 
-    def _model_facts(self) -> dict:
+    def _model_facts(self) -> dict[str, Any]:
         m = self.model
         return {"file": m.path.name, "size": m.path.stat().st_size, "architecture": m.architecture,
                 "n_vocab": m.n_vocab, "n_embd": m.n_embd, "n_layer": m.n_layer, "mtp": m.mtp_loaded}
 
-    def save_state(self, path: str | os.PathLike) -> Path:
+    def save_state(self, path: str | os.PathLike[str]) -> Path:
         """Write the cache of the last generation's text (prompt and output) to a file, so that a
         process started later resumes that conversation without reading it again
         (load_state). Returns the path."""
@@ -173,7 +174,7 @@ class Session:
                 raise UnsupportedError("nothing to save: this session has generated nothing yet")
             return write_text(path, spec.save(), self._model_facts())
 
-    def load_state(self, path: str | os.PathLike) -> int:
+    def load_state(self, path: str | os.PathLike[str]) -> int:
         """Read a file from save_state() into this session's prompt cache: the next prompt
         that shares its text (with the same kind of drafter) decodes only the rest. The file
         must come from the same model file. Returns the positions it holds."""
@@ -271,14 +272,14 @@ class Session:
     def __enter__(self) -> Session:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
         return f"Session({self.model.path.name!r}, n_ctx={self.n_ctx}, closed={self.closed})"
 
 
-def as_session(model: Session | Model | str | Path | None) -> tuple[Session, bool]:
+def as_session(model: Session | Model | str | os.PathLike[str] | None) -> tuple[Session, bool]:
     """The session to generate with, and whether the caller made it (and closes it after).
 
     A Session is used as is; a Model gets a session of its own for this call; a path or
@@ -294,10 +295,10 @@ def as_session(model: Session | Model | str | Path | None) -> tuple[Session, boo
 #: Sessions of models given by path or name, most recent last. One that falls out is
 #: only dropped: it is freed once no stream still holds it.
 PATH_CACHE_SIZE = 2
-_by_path: OrderedDict[tuple, Session] = OrderedDict()
+_by_path: OrderedDict[tuple[Any, ...], Session] = OrderedDict()
 
 
-def session_for_path(path: str | os.PathLike | None) -> Session:
+def session_for_path(path: str | os.PathLike[str] | None) -> Session:
     """The shared session of a GGUF path or model name (None: the default model), loaded on
     first use; a file changed on disk since is loaded again."""
     file = default_model.resolve(path)

@@ -36,6 +36,9 @@ from __future__ import annotations
 
 import enum
 import time
+from typing import cast
+
+import numpy as np
 
 from . import engine
 from .config import SamplingConfig, SpecConfig
@@ -99,9 +102,10 @@ class MTPSpeculator:
         self.policy = make_policy(spec, n_max, model=self.model, shared=self.batch_rows > 0,
                                   max_rows=self.batch_rows or n_max + 1) if self.drafter else None
         self.rollback = rollback_for(self.target, n_max)
-        if self.drafter:
-            self.drafter.verify_cost = self.policy.verify_cost     # for drafters that weigh costs
-        if self.sampler is None or self.sampler.n_slots < n_max + 1:
+        if self.drafter and policy is not None:
+            self.drafter.verify_cost = policy.verify_cost     # for drafters that weigh costs
+        sampler: Sampler | None = getattr(self, "sampler", None)     # None: the first configure()
+        if sampler is None or sampler.n_slots < n_max + 1:
             self.sampler = Sampler(self.sampling, n_slots=n_max + 1, n_vocab=self.model.n_vocab)  # q per position
 
     # ---- prefill ----------------------------------------------------------------------------
@@ -159,8 +163,7 @@ class MTPSpeculator:
         if self.model.is_recurrent and p0 < len(body):
             # the recurrent state exists here now and nowhere else: keep a copy for a later
             # prompt that shares this one but not what is generated next
-            self._mark = PromptMark(self.n_past, self.target.get_state(partial=True),
-                                    self.drafter.save() if self.drafter else None)
+            self._mark = PromptMark(self.n_past, self.target.get_state(partial=True), self._head_state())
         self.stats.t_prefill = time.perf_counter() - t0
         self.state = State.READY
         self._remember_writes()
@@ -175,8 +178,12 @@ class MTPSpeculator:
             if hand_off and self.drafter:
                 self.drafter.observe(chunk, c0, self._hidden())
 
-    def _hidden(self):
-        return self.target.hidden() if self.drafter.wants_hidden else None
+    def _hidden(self) -> np.ndarray | None:
+        return self.target.hidden() if self.drafter is not None and self.drafter.wants_hidden else None
+
+    def _head_state(self) -> HeadState | None:
+        """The drafter's state to keep with a text (an MTP head's; others keep none)."""
+        return cast("HeadState | None", self.drafter.save()) if self.drafter else None
 
     def reusable_prefix(self, prompt: list[int]) -> tuple[int, str]:
         """How many leading positions of the target KV a new prompt can keep, and why not
@@ -202,7 +209,7 @@ class MTPSpeculator:
         if not self._live():
             raise UnsupportedError("no live text to save: start a generation first")
         text = SavedText(list(self.tokens), self.n_past, self.target.get_state(),
-                         self.drafter.save() if self.drafter else None, self._drafter_kind(), self._mark,
+                         self._head_state(), self._drafter_kind(), self._mark,
                          self._saved_min_cut())
         self._remember_writes()          # the head's queue was fed
         return text
@@ -232,6 +239,7 @@ class MTPSpeculator:
         """Roll a hybrid back to the end of its last prompt (the recurrent snapshot, the
         attention KV cut there, the head as it was)."""
         mark = self._mark
+        assert mark is not None                  # called when a prompt left one
         self.target.set_state(mark.recurrent, partial=True)
         self.target.seq_rm(mark.n)
         if self.drafter:
@@ -306,7 +314,8 @@ class MTPSpeculator:
             limit = min(limit, max_new - 1)
         return max(0, min(k, limit))
 
-    def settle(self, draft: Draft, logits, hidden, t0: float, t1: float, t2: float) -> StepResult:
+    def settle(self, draft: Draft, logits: np.ndarray, hidden: np.ndarray | None, t0: float, t1: float,
+               t2: float) -> StepResult:
         """The rest of a step once the target has verified [last, d1..dk] at n_past (logits and
         hidden: this sequence's rows of that decode): ACCEPT, HANDOFF, ROLLBACK, POLICY."""
         n_past = self.n_past
