@@ -14,7 +14,7 @@ new text goes to the free slot whose last text shares the longest prefix with it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from . import engine
 from .config import GenerationConfig, SamplingConfig, SpecConfig
@@ -22,14 +22,12 @@ from .drafters import check_can_draft, drafter_kind, make_drafter
 from .errors import UnsupportedError
 from .model import DraftContext, Model, TargetContext
 from .rollback import n_rs_seq_for
+from .sampling import LogitsProcessor, TokenConstraint
 from .seqview import DraftView, TargetView
 from .session import Session
 from .speculator import MTPSpeculator
 from .stats import GenerationResult, StepResult
 from .textout import TextOutput
-
-if TYPE_CHECKING:
-    from .session import Session
 
 
 @dataclass
@@ -86,7 +84,8 @@ class Batch:
         return self.n_seq - len(self.active)
 
     def add(self, prompt: list[int], *, sampling: SamplingConfig | None = None, spec: SpecConfig | None = None,
-            limits: GenerationConfig | None = None, constraint=None, logits_processor=None, logprobs: bool = False,
+            limits: GenerationConfig | None = None, constraint: TokenConstraint | None = None,
+            logits_processor: LogitsProcessor | None = None, logprobs: bool = False,
             top_logprobs: int = 0) -> BatchItem:
         """Start a text in a free slot (its prompt is prefilled now); it takes part from the
         next step() on. constraint, logits_processor, logprobs, top_logprobs: as for a single
@@ -128,7 +127,8 @@ class Batch:
             target = TargetView(self.target, seq, n_ctx=self.n_ctx)
             draft = DraftView(self.draft, seq, n_ctx=self.n_ctx) if self.draft is not None else None
             # the policy's costs are the batch's: one verify of every sequence's rows
-            sp = MTPSpeculator(target, make_drafter(kind, self.model, draft), spec=spec or SpecConfig(),
+            # (a sequence's views stand in for the contexts: they forward the rest to them)
+            sp = MTPSpeculator(cast(TargetContext, target), make_drafter(kind, self.model, draft), spec=spec or SpecConfig(),
                                batch_rows=self.n_seq * ((spec or SpecConfig()).n_draft + 1))
             self._speculators[seq], self._kinds[seq] = sp, kind
         elif spec is not None:
@@ -190,8 +190,3 @@ class Batch:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _head(it: BatchItem) -> MTPDrafter:
-    """The MTP head drafter of a text that drafts in the batch's shared decodes."""
-    return cast(MTPDrafter, it.speculator.drafter)

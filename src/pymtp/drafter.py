@@ -464,7 +464,10 @@ def _feed_queues(ctx: DraftContext, drafters: list[MTPDrafter]) -> None:
 def _decode_parts(ctx: DraftContext, parts, *, outputs: bool) -> None:
     """Draft decode of (seq_id, tokens, hidden rows, first position) parts; with outputs, one
     decode with logits for each part's last row, without, as many decodes as n_batch needs."""
-    tokens, pos, seqs, flags = [], [], [], []
+    tokens: list[int] = []
+    pos: list[int] = []
+    seqs: list[int] = []
+    flags: list[int] = []
     for seq, toks, _, p0 in parts:
         tokens += toks
         pos += range(p0, p0 + len(toks))

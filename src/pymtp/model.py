@@ -308,7 +308,7 @@ class _Context:
     seq_id = 0
 
     @property
-    def ctx(self) -> _Context:
+    def ctx(self) -> Self:
         return self
 
     def write_count(self, seq_id: int | None = None) -> int:

@@ -104,6 +104,7 @@ class TargetView(_SeqView):
 class DraftView(_SeqView):
     """A DraftContext's sequence seq_id."""
 
+    ctx: DraftContext
     is_draft = True
 
     @property

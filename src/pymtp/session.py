@@ -15,6 +15,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from . import default_model
 from .config import SamplingConfig, SpecConfig
@@ -207,7 +208,7 @@ class Session:
     def chat_template(self, name: str | None = None) -> str | None:
         return self.model.chat_template(name)
 
-    def apply_chat_template(self, messages: Sequence[dict], *, add_assistant: bool = True,
+    def apply_chat_template(self, messages: Sequence[dict[str, Any]], *, add_assistant: bool = True,
                             template: str | None = None) -> str:
         return self.model.apply_chat_template(messages, add_assistant=add_assistant, template=template)
 

@@ -43,7 +43,7 @@ import numpy as np
 from . import engine
 from .config import SamplingConfig, SpecConfig
 from .constraint_state import ConstraintState
-from .drafter import Draft, Drafter, MTPDrafter
+from .drafter import Draft, Drafter, HeadState, MTPDrafter
 from .errors import PymtpError, UnsupportedError
 from .model import DraftContext, TargetContext, last_row_only
 from .policy import make_policy
@@ -80,7 +80,6 @@ class MTPSpeculator:
         # The MTP head's context, or any Drafter (prompt lookup, your own); None: plain decoding
         self.drafter = MTPDrafter(draft) if isinstance(draft, DraftContext) else draft
         self.sampling = sampling or SamplingConfig()
-        self.sampler: Sampler | None = None
         self.constraint: ConstraintState | None = None     # the text's constraint while it generates
         self.logprobs, self.top_logprobs = False, 0        # what each verify reports besides the tokens
         self.configure(spec or SpecConfig())
@@ -102,9 +101,9 @@ class MTPSpeculator:
         self.policy = make_policy(spec, n_max, model=self.model, shared=self.batch_rows > 0,
                                   max_rows=self.batch_rows or n_max + 1) if self.drafter else None
         self.rollback = rollback_for(self.target, n_max)
-        if self.drafter and policy is not None:
-            self.drafter.verify_cost = policy.verify_cost     # for drafters that weigh costs
-        sampler: Sampler | None = getattr(self, "sampler", None)     # None: the first configure()
+        if self.drafter and self.policy is not None:
+            self.drafter.verify_cost = self.policy.verify_cost     # for drafters that weigh costs
+        sampler: Sampler | None = getattr(self, "sampler", None)     # None: the first configure() (__init__)
         if sampler is None or sampler.n_slots < n_max + 1:
             self.sampler = Sampler(self.sampling, n_slots=n_max + 1, n_vocab=self.model.n_vocab)  # q per position
 
@@ -346,7 +345,8 @@ class MTPSpeculator:
             self.stats.cooldown_steps = self.policy.cooldown_steps_taken
             if self.policy.trace:
                 self.stats.record_choice(self.policy.trace[-1])
-        source = (self.drafter.last_source or type(self.drafter).__name__) if draft.tokens else ""
+        source = ((self.drafter.last_source or type(self.drafter).__name__)
+                  if draft.tokens and self.drafter is not None else "")     # drafts come from a drafter
         if self.drafter:
             self.drafter.accepted(len(draft.tokens), n_acc)
         result = StepResult(draft.tokens, n_acc, emitted, t_draft, t_verify, time.perf_counter() - t0, source,
