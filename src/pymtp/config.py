@@ -110,7 +110,7 @@ class SpecConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _legacy_policy(cls, data):
+    def _legacy_policy(cls, data: Any) -> Any:
         if isinstance(data, dict) and "policy" not in data and any(k in data for k in LEGACY_POLICY_FIELDS):
             data = {**data, "policy": "adaptive" if data.get("adaptive") else "fixed"}
         return data
@@ -134,7 +134,7 @@ class GenerationConfig(BaseModel):
 
     @field_validator("stop", mode="before")
     @classmethod
-    def _stop_as_tuple(cls, value):
+    def _stop_as_tuple(cls, value: Any) -> Any:
         return (value,) if isinstance(value, str) else value
 
     @field_validator("stop")

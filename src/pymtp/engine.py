@@ -47,7 +47,10 @@ def step(seqs: Sequence[MTPSpeculator], max_new: Sequence[int | None]) -> list[S
         drafts = draft_all([sp.drafter for sp in seqs], requests)
         t1 = time.perf_counter()
         # VERIFY: one target decode of every text's [last, d1..dk]
-        tokens, pos, seq_ids, offsets = [], [], [], []
+        tokens: list[int] = []
+        pos: list[int] = []
+        seq_ids: list[int] = []
+        offsets: list[int] = []
         for sp, d in zip(seqs, drafts):
             rows = [sp.tokens[-1]] + d.tokens
             sp.rollback.mark(sp.n_past, rows)     # a plain step too: a failure must undo its decode
@@ -65,7 +68,7 @@ def step(seqs: Sequence[MTPSpeculator], max_new: Sequence[int | None]) -> list[S
         _observe_shared_costs(seqs, drafts, t1 - t0, t2 - t1)
         for sp, d, o, wh in zip(seqs, drafts, offsets, wants_hidden):
             n = len(d.tokens) + 1
-            results.append(sp.settle(d, logits[o:o + n], hidden[o:o + n] if wh else None, t0, t1, t2))
+            results.append(sp.settle(d, logits[o:o + n], hidden[o:o + n] if wh and hidden is not None else None, t0, t1, t2))
     except BaseException:
         for sp, n_past in list(zip(seqs, n_pasts))[len(results):]:
             sp.recover(n_past)

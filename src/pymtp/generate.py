@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numbers
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
+from typing import cast
 
 import numpy as np
 from typing_extensions import Unpack
@@ -97,7 +98,7 @@ class TextStream:
         if self.owns_session:
             self.session.close()
 
-    def _run(self, prompt_tokens: list[int]) -> Iterator[str]:
+    def _run(self, prompt_tokens: list[int]) -> Generator[str, None, None]:
         session = self.session
         try:
             yield from self._generate(session, prompt_tokens, self.request)
@@ -147,7 +148,7 @@ def _is_batch(prompt: object) -> bool:
                for p in prompt)
 
 
-def _generate_batch(prompts: list, session: Session, request: Request) -> list[GenerationResult]:
+def _generate_batch(prompts: list[str | Sequence[int]], session: Session, request: Request) -> list[GenerationResult]:
     from .batch import Batch
 
     if request.constraint is not None and request.grammar is None and len(prompts) > 1:
@@ -171,7 +172,9 @@ def _generate_batch(prompts: list, session: Session, request: Request) -> list[G
                 if it.finished:
                     results[i] = it.result
                     del running[i]
-    return results
+    done = [r for r in results if r is not None]
+    assert len(done) == len(results)         # the loop ran until every prompt finished
+    return done
 
 
 def stream(prompt: str | Sequence[int], model: ModelLike = None,
@@ -230,8 +233,8 @@ def generate(prompt: str | Sequence[int] | Sequence[str] | Sequence[Sequence[int
     try:
         request = resolve(options, session.model)
         if batch:
-            return _generate_batch(list(prompt), session, request)
-        s = TextStream(session, prompt, request)
+            return _generate_batch(cast("list[str | Sequence[int]]", list(prompt)), session, request)
+        s = TextStream(session, cast("str | Sequence[int]", prompt), request)   # one prompt: not _is_batch()
         # Hold the session for the whole generation: calls from other threads wait their turn.
         # (A paused stream() gives way instead: a generation that starts meanwhile makes it
         # raise PymtpError when resumed, rather than mix two texts in one KV cache.)

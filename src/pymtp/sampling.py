@@ -263,7 +263,7 @@ class Sampler:
         if not self.config.greedy:
             if q == Q_POINT_MASS:
                 self._point_masses(draft)
-            elif q is not None and q != Q_IN_SLOTS:
+            elif q is not None and not isinstance(q, str):     # Q_IN_SLOTS: the drafter filled them
                 self._load_q(q)
             self._u = self.rng.random(k + 1)
             u = ffi.from_buffer("double[]", self._u)

@@ -7,6 +7,10 @@ Jupyter; nothing here imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .policy import Choice
 
 
 @dataclass
@@ -44,14 +48,14 @@ class SpecStats:
     reuse_miss: str = ""            # why more of the prompt could not be reused ("" = all it shared)
     reused_saved: bool = False      # the reused cache was a saved text (another conversation's)
     draft_vocab: int = 0            # tokens the MTP head scored (a trimmed draft vocabulary; 0 = all)
-    by_source: dict = field(default_factory=dict)   # drafter -> (drafted, accepted) tokens
+    by_source: dict[str, tuple[int, int]] = field(default_factory=dict)   # drafter -> (drafted, accepted) tokens
     # the auto policy (pymtp.policy), step by step: the draft length it chose (probes included),
     # and its predicted and the measured tokens per second of that step
     k_chosen: list[int] = field(default_factory=list)
     tps_predicted: list[float] = field(default_factory=list)
     tps_measured: list[float] = field(default_factory=list)
 
-    def record_choice(self, choice) -> None:
+    def record_choice(self, choice: Choice) -> None:
         """A pymtp.policy.Choice of the step just recorded."""
         self.k_chosen.append(choice.k)
         self.tps_predicted.append(choice.predicted_tps)
