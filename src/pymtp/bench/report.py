@@ -56,7 +56,7 @@ def summarize(runs: list[dict[str, Any]], variants: list[Variant],
                      if (mo, sa, ki) == (model, samp, kind) and n in vmap and vmap[n].engine == "pymtp"
                      and vmap[n].speculative and vmap[n].policy == "fixed"}
             if fixed:
-                best = max(fixed, key=fixed.get)
+                best = max(fixed, key=fixed.__getitem__)
                 row["vs_best_fixed"], row["best_fixed"] = row["tps_median"] / fixed[best], best
         ref = None
         if v is not None and v.speculative:

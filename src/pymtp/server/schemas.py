@@ -11,7 +11,7 @@ is not JSON gets a 400 naming where it breaks (line, column and character offset
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -60,7 +60,8 @@ def _optional(*models: type[BaseModel], wire: tuple[str, ...]) -> dict[str, Any]
     for model in models:
         for name, info in model.model_fields.items():
             if name not in wire:
-                kind = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+                args = (info.annotation, *info.metadata)     # Annotated[T, *metadata], built at run time
+                kind = Annotated[args] if info.metadata else info.annotation  # type: ignore[valid-type]
                 fields[name] = (Optional[kind], Field(None, description=info.description))
     return fields
 
@@ -78,6 +79,9 @@ class CommonRequest(SettingsFields):
     ignore_eos, and SpecConfig's n_draft, p_min, drafter, ...) and the OpenAI request fields."""
 
     model_config = ConfigDict(extra="ignore")
+
+    if TYPE_CHECKING:    # SettingsFields' fields are made at run time; the ones read here by name
+        max_tokens: int | None
 
     model: str | None = None
     n: int | None = Field(None, ge=1, le=MAX_N)

@@ -29,6 +29,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -119,6 +120,7 @@ def speculative(session, prompts: list[list[int]], max_tokens: int, sampling: di
 
     spec = pymtp.SpecConfig(n_draft=n_draft, adaptive=False)
     rs = pymtp.generate(prompts, session, max_tokens=max_tokens, speculative=spec, seed=seed, **sampling)
+    assert isinstance(rs, list)                    # a list of prompts: a list of results
     acc, dra, steps, emitted = np.zeros(n_draft), np.zeros(n_draft), 0, 0
     for r in rs:
         a, d = r.stats.accepted_at[:n_draft], r.stats.drafted_at[:n_draft]
@@ -182,7 +184,7 @@ def evaluate(heads: dict[str, Path], *, text: Path | None, per_domain: int = 20,
     docs = held_out_documents(first, text, per_domain=per_domain, human_tokens=human_tokens)
     prompts = prompts_for(first, text, n_prompts)
     log(f"{len(docs)} held-out documents, {len(prompts)} prompts, heads: {', '.join(heads)}")
-    out = {name: {"head": str(h)} for name, h in heads.items()}
+    out: dict[str, dict[str, Any]] = {name: {"head": str(h)} for name, h in heads.items()}
     t0 = time.time()
     tf = {name: TeacherForced(s.model, vocab, alt) for name, s in sessions.items()}
     for d in docs:

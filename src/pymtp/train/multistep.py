@@ -97,6 +97,7 @@ def chain_forward(head: NextNHead, W: torch.Tensor, tokens: torch.Tensor, hidden
         if feed == "text":
             tok = F.pad(tokens[:, k:], (0, k - 1))          # x(p+k); past the crop: masked by the loss
         else:
+            assert vocab_ids is not None, 'feed="draft" needs vocab_ids'
             Wsub = W[vocab_ids]
             tok = vocab_ids[(g.detach() @ Wsub.T).argmax(-1)]
         xk = _in_proj(head, F.embedding(tok, W), g)

@@ -26,6 +26,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -164,7 +165,9 @@ def train(args, work: Path, log=print) -> dict:
         figs = []
         with torch.no_grad():
             for b in eval_batches:
-                figs.append(chain_loss(head, W, vocab, *(x.to(dev) for x in b), args.chain, feed=args.feed)[1])
+                tokens, hidden, topk_ids, topk_logp, mask = (x.to(dev) for x in b)
+                figs.append(chain_loss(head, W, vocab, tokens, hidden, topk_ids, topk_logp, mask, args.chain,
+                                       feed=args.feed)[1])
         head.train()
         out = {"step": step, "seconds": round(seconds, 1)}
         for k in range(args.chain):
@@ -186,7 +189,8 @@ def train(args, work: Path, log=print) -> dict:
     stop = min(args.steps, args.stop_at or args.steps)
     while step < stop:
         t0, c0 = time.time(), time.process_time()
-        loss, figs = chain_loss(head, W, vocab, *crops.batch(rng, args.batch, dev), args.chain, feed=args.feed)
+        tokens, hidden, topk_ids, topk_logp, mask = crops.batch(rng, args.batch, dev)
+        loss, figs = chain_loss(head, W, vocab, tokens, hidden, topk_ids, topk_logp, mask, args.chain, feed=args.feed)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -270,7 +274,7 @@ def main(argv=None) -> None:
     work = args.work or default_work()
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    record = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+    record: dict[str, Any] = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
     if not args.skip_prepare:
         record["prepare"] = prepare(args, work)
         if args.prepare_only:

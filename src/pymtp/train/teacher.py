@@ -46,7 +46,9 @@ def _teacher_key(path: Path) -> str:
 
 def _packs(docs: list[dict], n_batch: int) -> list[list[int]]:
     """Consecutive documents grouped so that each group's tokens fit one decode of n_batch rows."""
-    out, cur, n = [], [], 0
+    out: list[list[int]] = []
+    cur: list[int] = []
+    n = 0
     for i, d in enumerate(docs):
         L = len(d["tokens"])
         if L > n_batch:
@@ -75,7 +77,7 @@ def extract(teacher: Path, docs: list[dict], out_dir: Path, *, top_k: int = 32, 
         raise ValueError(f"{out_dir} holds an extraction by another teacher or top_k; use another folder")
     man = man or {"version": VERSION, "teacher": _teacher_key(teacher), "top_k": top_k, "shards": [],
                   "docs_done": 0, "tokens": 0, "seconds": 0.0}
-    done = set()
+    done: set[str] = set()
     for sh in man["shards"]:
         done.update(str(i) for i in np.load(out_dir / sh["file"])["doc_id"])
     todo = [d for d in docs if d["id"] not in done]

@@ -27,6 +27,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from . import corpus, data
 
@@ -84,7 +85,7 @@ def generate(model, out: Path, jobs: list[dict], *, max_tokens: int, n_seq: int 
     t0, n_tok = time.time(), 0
     with open(out, "a") as f, pymtp.Batch(model, n_seq=n_seq, n_ctx=n_ctx, spec=False) as batch:
         waiting = list(todo)
-        running: dict[int, tuple[dict, object]] = {}
+        running: dict[int, tuple[dict, pymtp.BatchItem]] = {}
         while waiting or batch.active:
             if deadline is not None and time.time() > deadline and waiting:
                 log(f"  time budget spent: {len(waiting)} texts left for a later run")
@@ -100,6 +101,7 @@ def generate(model, out: Path, jobs: list[dict], *, max_tokens: int, n_seq: int 
             for seq, (j, item) in list(running.items()):
                 if item.finished:
                     del running[seq]
+                    assert item.result is not None           # finished
                     toks = list(item.result.tokens)
                     n_tok += len(toks)
                     f.write(json.dumps(j | {"completion": toks}) + "\n")
@@ -149,12 +151,13 @@ def package_descriptions() -> list[tuple[str, str]]:
 
     out, seen = [], set()
     for dist in metadata.distributions():
-        name = (dist.metadata.get("Name") or "").lower()
+        meta: Any = dist.metadata   # an email Message: .get(), get_payload() (not in the protocol's type)
+        name = (meta.get("Name") or "").lower()
         if not name or name in seen:
             continue
         seen.add(name)
-        body = dist.metadata.get_payload() if hasattr(dist.metadata, "get_payload") else None
-        body = body or dist.metadata.get("Description") or ""
+        body = meta.get_payload() if hasattr(meta, "get_payload") else None
+        body = body or meta.get("Description") or ""
         if len(body) >= 2000:
             out.append((name, body))
     return sorted(out)
@@ -168,7 +171,7 @@ def human_documents(model, *, code_tokens: int, docs_tokens: int, seed: int,
     rng = random.Random(seed)
     out = []
     train_files, held_files = data.split_files()
-    sources = {"code": [(False, f, None) for f in train_files] + [(True, f, None) for f in held_files],
+    sources: dict[str, list[tuple[bool, str, Any]]] = {"code": [(False, f, None) for f in train_files] + [(True, f, None) for f in held_files],
                "docs": [(_held(n), n, body) for n, body in package_descriptions()]}
     budgets = {"code": code_tokens, "docs": docs_tokens}
     for domain, items in sources.items():
