@@ -204,7 +204,7 @@ def test_constraints_and_logits_processors_in_a_batch_equal_alone(models, family
     prompts = [m.tokenize(p) for p in PROMPTS]
     for sampling in (SamplingConfig(), SamplingConfig(temperature=0.9, seed=3)):
         for rule in ("constraint", "processor"):
-            def extra():
+            def extra(rule: str = rule) -> dict:
                 return ({"constraint": _parity(m.n_vocab)} if rule == "constraint"
                         else {"logits_processor": _ban_low_ids})
             with Batch(m, n_seq=4, n_ctx=192, spec=spec) as b:
@@ -276,7 +276,7 @@ def test_a_session_names_what_it_answers_for_its_model(models):
     assert (s.n_vocab, s.n_embd, s.architecture, s.path, s.eos) == (m.n_vocab, m.n_embd, m.architecture, m.path, m.eos)
     assert s.tokenize("def f") == m.tokenize("def f") and s.detokenize(s.tokenize("def f")) == m.detokenize(m.tokenize("def f"))
     with pytest.raises(AttributeError):
-        s.n_vocabulary
+        _ = s.n_vocabulary
 
 
 # ---- the distribution tests through the batch path ----------------------------------------------

@@ -27,7 +27,7 @@ def work(tmp_path_factory):
     out.mkdir()
     man = {"version": teacher.VERSION, "teacher": "synthetic", "top_k": 8, "shards": [], "docs_done": 0,
            "tokens": 0, "seconds": 0.0}
-    for s, held in enumerate((False, True)):
+    for held in (False, True):
         lens = [40, 25, 60]
         n = sum(lens)
         buf = {"tokens": [rng.integers(0, 2000, n).astype(np.int32)],

@@ -85,7 +85,7 @@ def test_human_documents_keep_sources_apart(tiny):
     docs = teacher_text.human_documents(tiny, code_tokens=4000, docs_tokens=4000, seed=0)
     assert {d["domain"] for d in docs} == {"code", "docs"}
     for dom in ("code", "docs"):
-        src = lambda held: {d["id"].rsplit(":", 1)[0] for d in docs if d["domain"] == dom and d["held_out"] == held}
+        src = lambda held, dom=dom: {d["id"].rsplit(":", 1)[0] for d in docs if d["domain"] == dom and d["held_out"] == held}
         assert src(True) and src(False) and not src(True) & src(False)
     held_only = teacher_text.human_documents(tiny, code_tokens=4000, docs_tokens=4000, seed=0, splits=(True,))
     assert held_only == [d for d in docs if d["held_out"]]

@@ -131,7 +131,7 @@ def main() -> None:
     procs = [s[3] for s in servers]
     p_port = servers[0][2]
     try:
-        for _, call, port, proc in servers:
+        for _, _call, port, proc in servers:
             wait_up(f"http://127.0.0.1:{port}/health", proc)
         for _, call, port, _ in servers:   # warm up
             round_(call, port, 1, 8)

@@ -62,7 +62,8 @@ def _optional(*models: type[BaseModel], wire: tuple[str, ...]) -> dict[str, Any]
             if name not in wire:
                 args = (info.annotation, *info.metadata)     # Annotated[T, *metadata], built at run time
                 kind = Annotated[args] if info.metadata else info.annotation  # type: ignore[valid-type]
-                fields[name] = (Optional[kind], Field(None, description=info.description))
+                # Optional[]: kind is a type form made at run time
+                fields[name] = (Optional[kind], Field(None, description=info.description))  # noqa: UP045
     return fields
 
 
