@@ -12,9 +12,10 @@ on held-out text only (teacher_text.py's splits), the heads taking turns on each
   where the head's argmax from (x(p+1), h(p)) over the draft vocabulary drafting uses
   (``--draft-vocab``, SpecConfig's default) equals the trunk's argmax at p+1; the full
   vocabulary's too, and a draft vocabulary of the same size taken from the distillation
-  corpus (``accept_corpus_vocab``; equal to ``accept`` when --work has no shards). Domains: ``code`` (held-out stdlib files), ``docs`` (held-out package
-  READMEs), and the trunk's greedy ``chat``, ``prose`` and ``codegen`` text (from
-  --text, python -m pymtp.train.selfdistill's trunk-text.jsonl; completions only);
+  corpus (``accept_corpus_vocab``; equal to ``accept`` when --work has no shards). Domains:
+  ``code`` (held-out stdlib files), ``docs`` (held-out package READMEs), and the trunk's
+  greedy ``chat``, ``prose`` and ``codegen`` text (from --text, python -m
+  pymtp.train.selfdistill's trunk-text.jsonl; completions only);
 * real speculative generations (n_draft 3, fixed draft length) from held-out chat
   instructions, prose openings and code prefixes, at greedy and at Qwen's sampling settings
   (T 0.7, top-p 0.8, top-k 20): P(first k accepted) for k = 1..3 (steps whose first k drafts
