@@ -15,19 +15,21 @@ import sys
 import pymtp
 from pymtp.tools import parse_tool_calls, tool_format
 
-TOOLS = [{
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The current weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 40}},
-            "required": ["city"],
-            "additionalProperties": False,
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 40}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
         },
-    },
-}]
+    }
+]
 
 
 def get_weather(city: str) -> dict:
@@ -41,7 +43,7 @@ FUNCTIONS = {"get_weather": get_weather}
 def run_agent(question: str, session: pymtp.Session, max_turns: int = 4) -> tuple[str, list[dict]]:
     """Answer question, calling tools as the model asks; returns the answer and the messages."""
     messages = [{"role": "user", "content": question}]
-    fmt = tool_format(session.model.chat_template())       # how this template writes calls
+    fmt = tool_format(session.model.chat_template())  # how this template writes calls
     for _ in range(max_turns):
         # Until a tool has answered, the turn must call one: a 135M model otherwise answers from
         # memory (tool_choice="auto" lets a larger model decide). Then the model answers in words.

@@ -20,7 +20,7 @@ PROMPTS = [
     "import json\n\ndef load_config(path):",
 ]
 
-session = pymtp.load()            # the default model (SmolLM2-135M-Instruct + pymtp's MTP head)
+session = pymtp.load()  # the default model (SmolLM2-135M-Instruct + pymtp's MTP head)
 
 t0 = time.perf_counter()
 results = pymtp.generate(PROMPTS, session, max_tokens=48)
@@ -28,8 +28,10 @@ elapsed = time.perf_counter() - t0
 
 for prompt, result in zip(PROMPTS, results):
     stats = result.stats
-    print(f"--- {prompt!r}: {len(result.tokens)} tokens ({result.finish_reason}), "
-          f"{stats.acceptance_rate:.0%} of drafts accepted, {stats.tokens_per_step:.2f} tokens/step")
+    print(
+        f"--- {prompt!r}: {len(result.tokens)} tokens ({result.finish_reason}), "
+        f"{stats.acceptance_rate:.0%} of drafts accepted, {stats.tokens_per_step:.2f} tokens/step"
+    )
     print(result.text.strip())
 
 n_tokens = sum(len(r.tokens) for r in results)

@@ -36,5 +36,7 @@ with pymtp.load() as session:
     reply = pymtp.chat(messages, session, max_tokens=48)
 print(f"user:      {messages[-1]['content']}\nassistant: {reply.text}\n")
 stats = reply.stats
-print(f"resumed: {stats.n_reused} of {stats.n_prompt} prompt positions came from the saved file "
-      f"({saved} saved); prompt read in {stats.t_prefill * 1000:.0f} ms")
+print(
+    f"resumed: {stats.n_reused} of {stats.n_prompt} prompt positions came from the saved file "
+    f"({saved} saved); prompt read in {stats.t_prefill * 1000:.0f} ms"
+)

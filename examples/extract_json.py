@@ -30,11 +30,13 @@ TEXTS = [
 
 def extract(client: OpenAI, text: str) -> tuple[Person, dict]:
     """The person a text describes, and the server's speculation stats for the request."""
-    model = client.models.list().data[0].id           # the one model the server serves
+    model = client.models.list().data[0].id  # the one model the server serves
     response = client.chat.completions.parse(
         model=model,
-        messages=[{"role": "system", "content": "Extract the person described by the user."},
-                  {"role": "user", "content": text}],
+        messages=[
+            {"role": "system", "content": "Extract the person described by the user."},
+            {"role": "user", "content": text},
+        ],
         response_format=Person,
         max_tokens=100,
     )
@@ -44,7 +46,7 @@ def extract(client: OpenAI, text: str) -> tuple[Person, dict]:
 
 if __name__ == "__main__":
     base_url = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000/v1"
-    client = OpenAI(base_url=base_url, api_key="unused")     # no --api-key: any key will do
+    client = OpenAI(base_url=base_url, api_key="unused")  # no --api-key: any key will do
     people = []
     for text in TEXTS:
         person, stats = extract(client, text)

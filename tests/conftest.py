@@ -11,8 +11,10 @@ import pymtp
 from pymtp._native import build_info
 from pymtp_testing import fixtures
 
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-          "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 
 @pytest.fixture(scope="session")
@@ -89,12 +91,13 @@ class GreedyComparison:
             out[-1] = 1
             t.decode(seq, 0, output=out)
             row = t.logits()[0].copy()
-        if repetition_penalty != 1.0:        # the penalized logits greedy decoding compared
-            recent = list(set(seq[-pymtp.SamplingConfig().repetition_window:]))
+        if repetition_penalty != 1.0:  # the penalized logits greedy decoding compared
+            recent = list(set(seq[-pymtp.SamplingConfig().repetition_window :]))
             row[recent] = np.where(row[recent] > 0, row[recent] / repetition_penalty, row[recent] * repetition_penalty)
         gaps = (float(row.max() - row[got[i]]), float(row.max() - row[want[i]]))
         assert max(gaps) <= GREEDY_TIE_EPS, (
-            f"greedy runs part at token {i} ({got[i]} vs {want[i]}), {gaps} below the top logit: not a near-tie")
+            f"greedy runs part at token {i} ({got[i]} vs {want[i]}), {gaps} below the top logit: not a near-tie"
+        )
         self.ties.append((i, got[i], want[i], gaps))
 
     def assert_ties_rare(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import SAME_ROW_ATOL
 
 import pymtp
 from pymtp import GenerationConfig, SamplingConfig, SpecConfig
@@ -12,10 +13,14 @@ from pymtp.batch import Batch
 from pymtp.errors import PymtpError, UnsupportedError
 from pymtp_testing.fixtures import FAMILIES
 
-from conftest import SAME_ROW_ATOL
-
-PROMPTS = ["def parse(line):\n    ", "class Stack:\n    def", "import os\n\ndef walk(", "for i in range(10):\n",
-           "x = [", "return self."]
+PROMPTS = [
+    "def parse(line):\n    ",
+    "class Stack:\n    def",
+    "import os\n\ndef walk(",
+    "for i in range(10):\n",
+    "x = [",
+    "return self.",
+]
 
 
 def _alone(model, prompt, spec, n, **kw):
@@ -74,7 +79,9 @@ def test_one_draft_decode_per_position_and_one_verify_per_step(models, monkeypat
             def wrapped(*a, **kw):
                 calls[name] += 1
                 return fn(*a, **kw)
+
             return wrapped
+
         monkeypatch.setattr(b.target, "decode_rows", count("target", real_t))
         monkeypatch.setattr(b.draft, "decode_rows", count("draft", real_d))
         monkeypatch.setattr(b.target, "decode", count("single", b.target.decode))
@@ -85,7 +92,7 @@ def test_one_draft_decode_per_position_and_one_verify_per_step(models, monkeypat
             n_steps += 1
     assert calls["single"] == 0
     assert calls["target"] == n_steps
-    assert calls["draft"] <= n_steps        # k=1: one draft decode per step (none once a text's head has no row)
+    assert calls["draft"] <= n_steps  # k=1: one draft decode per step (none once a text's head has no row)
     assert all(it.result.stats.n_drafted > 0 for it in items)
 
 
@@ -93,13 +100,19 @@ def test_sampling_per_text_seed_and_settings(models):
     """Each text keeps its own sampling settings and RNG: with the same seeds, a batch gives
     what each text gives alone (the CPU backend's rows do not depend on the batch)."""
     m = models("glm4moe")
-    settings = [dict(temperature=0.9, seed=1), dict(temperature=0.7, top_k=20, seed=2),
-                dict(temperature=1.0, top_p=0.9, seed=3), dict(temperature=0.0)]
+    settings = [
+        dict(temperature=0.9, seed=1),
+        dict(temperature=0.7, top_k=20, seed=2),
+        dict(temperature=1.0, top_p=0.9, seed=3),
+        dict(temperature=0.0),
+    ]
     spec = SpecConfig(n_draft=2, adaptive=False)
     prompts = [m.tokenize(p) for p in PROMPTS[:4]]
     with Batch(m, n_seq=4, n_ctx=128, spec=spec) as b:
-        items = [b.add(p, sampling=SamplingConfig(**kw), limits=GenerationConfig(max_tokens=20, ignore_eos=True))
-                 for p, kw in zip(prompts, settings)]
+        items = [
+            b.add(p, sampling=SamplingConfig(**kw), limits=GenerationConfig(max_tokens=20, ignore_eos=True))
+            for p, kw in zip(prompts, settings)
+        ]
         b.run()
     for p, kw, it in zip(prompts, settings, items):
         alone = _alone(m, p, spec, 20, **kw)
@@ -125,7 +138,7 @@ def test_continuous_batching_joins_and_leaves(models):
                 joined_at.append(step)
             b.step()
             step += 1
-    assert joined_at[2] < step and joined_at[2] > 0        # the third joined while the long one ran
+    assert joined_at[2] < step and joined_at[2] > 0  # the third joined while the long one ran
     for p, n, it in done:
         alone = _alone(m, p, spec, n)
         assert it.result.tokens == alone.tokens and len(it.result.tokens) == n
@@ -143,7 +156,7 @@ def test_stop_strings_and_cancel(models):
         b.cancel(c)
         assert c.finished and c.result.finish_reason == "cancelled" and c.seq_id not in b.active
         b.run()
-    assert a.result.finish_reason == "stop" and a.result.text == alone.text[:alone.text.index(stop)]
+    assert a.result.finish_reason == "stop" and a.result.text == alone.text[: alone.text.index(stop)]
 
 
 def test_a_slot_reuses_its_last_texts_prefix(models):
@@ -180,8 +193,9 @@ def test_generate_takes_a_list_of_prompts(models):
     for p, r in zip(PROMPTS, rs):
         assert r.tokens == pymtp.generate(p, m, max_tokens=8, ignore_eos=True, speculative={"n_draft": 2}).tokens
     toks = [m.tokenize(p) for p in PROMPTS[:2]]
-    assert [r.tokens for r in pymtp.generate(toks, m, max_tokens=4, ignore_eos=True)] == \
-        [pymtp.generate(t, m, max_tokens=4, ignore_eos=True).tokens for t in toks]
+    assert [r.tokens for r in pymtp.generate(toks, m, max_tokens=4, ignore_eos=True)] == [
+        pymtp.generate(t, m, max_tokens=4, ignore_eos=True).tokens for t in toks
+    ]
     with pytest.raises(ValueError, match="empty"):
         pymtp.generate([], m)
 

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import GPU_BUILD
 
 import pymtp
 from pymtp.quant import quantize
 from pymtp.rollback import n_rs_seq_for
-from pymtp.testing.fixtures import FAMILIES
+from pymtp_testing.fixtures import FAMILIES
 
-from conftest import GPU_BUILD
-
-pytestmark = pytest.mark.skipif(GPU_BUILD, reason="the bit-exact contract holds for CPU builds (GPU builds keep a tolerance)")
+pytestmark = pytest.mark.skipif(
+    GPU_BUILD, reason="the bit-exact contract holds for CPU builds (GPU builds keep a tolerance)"
+)
 
 #: weight types of the trunk and head; "F32" is the fixture as written. Q4_K_M files hold Q4_K
 #: and Q6_K tensors, and the K-quants need rows of 256: those fixtures are 256 wide.
@@ -65,14 +66,13 @@ def _run(model, prompt, cont, sizes, n_threads):
     """Prefill the prompt, then decode cont in decodes of the given sizes: the trunk's logits
     and hidden rows of cont, and the head's logits for the same positions."""
     start = len(prompt)
-    with pymtp.TargetContext(model, n_ctx=1024, n_batch=1024, n_rs_seq=n_rs_seq_for(model),
-                             n_threads=n_threads) as t:
+    with pymtp.TargetContext(model, n_ctx=1024, n_batch=1024, n_rs_seq=n_rs_seq_for(model), n_threads=n_threads) as t:
         t.decode(prompt, 0)
         hidden_prompt = t.hidden().copy()
         logits, hidden = [], []
         i = 0
         for n in sizes:
-            t.decode(cont[i:i + n], start + i)
+            t.decode(cont[i : i + n], start + i)
             logits.append(t.logits().copy())
             hidden.append(t.hidden().copy())
             i += n
@@ -83,12 +83,12 @@ def _run(model, prompt, cont, sizes, n_threads):
             with pymtp.DraftContext(t, n_threads=n_threads) as d:
                 toks = list(prompt) + list(cont)
                 rows = np.concatenate([hidden_prompt, hidden])
-                d.decode(toks[1:start], 1, rows[0], rows[1:start - 1])
+                d.decode(toks[1:start], 1, rows[0], rows[1 : start - 1])
                 out = []
                 i = 0
                 for n in sizes:
                     p = start + i
-                    d.decode(toks[p:p + n], p, rows[p - 1], rows[p:p + n - 1] if n > 1 else None)
+                    d.decode(toks[p : p + n], p, rows[p - 1], rows[p : p + n - 1] if n > 1 else None)
                     out.append(d.logits().copy())
                     i += n
                 head = np.concatenate(out)
@@ -100,8 +100,10 @@ def _first_difference(got: np.ndarray, want: np.ndarray) -> str:
     if rows.size == 0:
         return ""
     r = int(rows[0])
-    return (f"{rows.size} of {len(want)} rows differ, first row {r}: "
-            f"max |difference| {float(np.abs(got[r] - want[r]).max()):.3g}")
+    return (
+        f"{rows.size} of {len(want)} rows differ, first row {r}: "
+        f"max |difference| {float(np.abs(got[r] - want[r]).max()):.3g}"
+    )
 
 
 @pytest.mark.parametrize("start", STARTS)

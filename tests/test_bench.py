@@ -14,40 +14,40 @@ from pymtp.train.data import is_heldout, split_files, stdlib_root
 # Tails of real logs (stderr, -lv 4) of llama-speculative-simple --spec-type draft-mtp --spec-draft-n-max 3
 # and llama-completion, built from the pinned tree 0c1e57098bba, on the glm4moe fixture.
 SPEC_LOG = (
-    '0.00.043.266 I encoded   43 tokens in    0.003 seconds, speed: 13534.781 t/s\n'
-    '0.00.043.278 I decoded   51 tokens in    0.012 seconds, speed: 4334.892 t/s\n'
-    '0.00.043.284 I \n'
-    '0.00.043.289 I n_draft   = 3\n'
-    '0.00.043.295 I n_predict = 51\n'
-    '0.00.043.300 I n_drafted = 66\n'
-    '0.00.043.306 I n_accept  = 29\n'
-    '0.00.043.311 I accept    = 43.939%\n'
-    '0.00.043.316 I \n'
-    '0.00.043.322 I draft:\n'
-    '\n'
-    '0.00.043.375 I spec common_specu: statistics        draft-mtp: #calls(b,g,a) =    1     22     22, #gen drafts =     22, #acc drafts =    11, #gen tokens =     66, #acc tokens =    29, #mean acc len = 2.32, #acc rate/pos = (0.500, 0.455, 0.364), dur(b,g,a) = 0.001, 4.544, 0.001 ms\n'
-    '0.00.043.381 I \n'
-    '0.00.043.386 I target:\n'
-    '\n'
-    '0.00.043.393 I common_perf_print:    sampling time =       0.16 ms\n'
-    '0.00.043.399 I common_perf_print:    samplers time =       0.13 ms /    51 tokens\n'
-    '0.00.043.405 I common_perf_print:        load time =       6.93 ms\n'
-    '0.00.043.412 I common_perf_print: prompt eval time =       3.08 ms /   132 tokens (    0.02 ms per token, 42884.99 tokens per second)\n'
-    '0.00.043.419 I common_perf_print:        eval time =       0.00 ms /     1 runs   (    0.00 ms per token,      inf tokens per second)\n'
-    '0.00.043.425 I common_perf_print:       total time =      17.55 ms /   133 tokens\n'
-    '0.00.043.431 I common_perf_print: unaccounted time =      14.31 ms /  81.6 %      (total - sampling - prompt eval - eval) / (total)\n'
-    '0.00.043.436 I common_perf_print:    graphs reused =         22\n'
+    "0.00.043.266 I encoded   43 tokens in    0.003 seconds, speed: 13534.781 t/s\n"
+    "0.00.043.278 I decoded   51 tokens in    0.012 seconds, speed: 4334.892 t/s\n"
+    "0.00.043.284 I \n"
+    "0.00.043.289 I n_draft   = 3\n"
+    "0.00.043.295 I n_predict = 51\n"
+    "0.00.043.300 I n_drafted = 66\n"
+    "0.00.043.306 I n_accept  = 29\n"
+    "0.00.043.311 I accept    = 43.939%\n"
+    "0.00.043.316 I \n"
+    "0.00.043.322 I draft:\n"
+    "\n"
+    "0.00.043.375 I spec common_specu: statistics        draft-mtp: #calls(b,g,a) =    1     22     22, #gen drafts =     22, #acc drafts =    11, #gen tokens =     66, #acc tokens =    29, #mean acc len = 2.32, #acc rate/pos = (0.500, 0.455, 0.364), dur(b,g,a) = 0.001, 4.544, 0.001 ms\n"
+    "0.00.043.381 I \n"
+    "0.00.043.386 I target:\n"
+    "\n"
+    "0.00.043.393 I common_perf_print:    sampling time =       0.16 ms\n"
+    "0.00.043.399 I common_perf_print:    samplers time =       0.13 ms /    51 tokens\n"
+    "0.00.043.405 I common_perf_print:        load time =       6.93 ms\n"
+    "0.00.043.412 I common_perf_print: prompt eval time =       3.08 ms /   132 tokens (    0.02 ms per token, 42884.99 tokens per second)\n"
+    "0.00.043.419 I common_perf_print:        eval time =       0.00 ms /     1 runs   (    0.00 ms per token,      inf tokens per second)\n"
+    "0.00.043.425 I common_perf_print:       total time =      17.55 ms /   133 tokens\n"
+    "0.00.043.431 I common_perf_print: unaccounted time =      14.31 ms /  81.6 %      (total - sampling - prompt eval - eval) / (total)\n"
+    "0.00.043.436 I common_perf_print:    graphs reused =         22\n"
 )
 
 COMPLETION_LOG = (
-    '0.00.038.537 I common_perf_print:    sampling time =       0.20 ms\n'
-    '0.00.038.548 I common_perf_print:    samplers time =       0.13 ms /    91 tokens\n'
-    '0.00.038.555 I common_perf_print:        load time =       8.64 ms\n'
-    '0.00.038.562 I common_perf_print: prompt eval time =       0.98 ms /    43 tokens (    0.02 ms per token, 43654.82 tokens per second)\n'
-    '0.00.038.568 I common_perf_print:        eval time =       3.21 ms /    47 runs   (    0.07 ms per token, 14623.52 tokens per second)\n'
-    '0.00.038.574 I common_perf_print:       total time =      14.64 ms /    90 tokens\n'
-    '0.00.038.580 I common_perf_print: unaccounted time =      10.24 ms /  70.0 %      (total - sampling - prompt eval - eval) / (total)\n'
-    '0.00.038.585 I common_perf_print:    graphs reused =         46\n'
+    "0.00.038.537 I common_perf_print:    sampling time =       0.20 ms\n"
+    "0.00.038.548 I common_perf_print:    samplers time =       0.13 ms /    91 tokens\n"
+    "0.00.038.555 I common_perf_print:        load time =       8.64 ms\n"
+    "0.00.038.562 I common_perf_print: prompt eval time =       0.98 ms /    43 tokens (    0.02 ms per token, 43654.82 tokens per second)\n"
+    "0.00.038.568 I common_perf_print:        eval time =       3.21 ms /    47 runs   (    0.07 ms per token, 14623.52 tokens per second)\n"
+    "0.00.038.574 I common_perf_print:       total time =      14.64 ms /    90 tokens\n"
+    "0.00.038.580 I common_perf_print: unaccounted time =      10.24 ms /  70.0 %      (total - sampling - prompt eval - eval) / (total)\n"
+    "0.00.038.585 I common_perf_print:    graphs reused =         46\n"
 )
 
 
@@ -76,11 +76,13 @@ def test_parse_completion_log_and_perf_durations():
     assert p["eval"] == {"ms": 3.21, "n": 47, "tps": pytest.approx(47 / 3.21e-3)}
     assert p["prompt_eval"] == {"ms": 0.98, "n": 43}
     assert p["sampling_ms"] == pytest.approx(0.2)
-    line = ("statistics        draft-mtp: #calls(b,g,a) =    1      5      5, #gen drafts =      5, #acc drafts =     2, "
-            "#gen tokens =     10, #acc tokens =     3, dur(b,g,a) = 0.100, 2.500, 0.300 ms")
+    line = (
+        "statistics        draft-mtp: #calls(b,g,a) =    1      5      5, #gen drafts =      5, #acc drafts =     2, "
+        "#gen tokens =     10, #acc tokens =     3, dur(b,g,a) = 0.100, 2.500, 0.300 ms"
+    )
     s = bench.parse_llama_output(line)["spec"]
     assert s["dur_ms"] == {"begin": 0.1, "draft": 2.5, "accept": 0.3}
-    assert "acc_rate_pos" not in s      # no accept calls: no per-position rates
+    assert "acc_rate_pos" not in s  # no accept calls: no per-position rates
     assert bench.parse_llama_output("nothing here") == {}
 
 
@@ -89,7 +91,7 @@ def _prompt_file(rel: str) -> str:
 
 
 def test_prompts_are_heldout_and_deterministic():
-    train, held = split_files(stdlib_root())     # the one split definition, asked independently
+    train, held = split_files(stdlib_root())  # the one split definition, asked independently
     code, prose = bench.code_prompts(3), bench.prose_prompts(3)
     assert [p.id for p in code] == ["code0", "code1", "code2"]
     assert code == bench.code_prompts(3) and prose == bench.prose_prompts(3)
@@ -178,19 +180,30 @@ def test_llama_commands_carry_the_sampling_setting():
     qwen = bench.PRESETS["qwen"]
     for v in (bench.Variant("llama-mtp-2", "llama.cpp", 2), bench.Variant("llama-plain", "llama.cpp", None)):
         cmd = bench.llama_command(bins, v, "m.gguf", "hi", qwen, 7, 64, 2)
-        got = {f: cmd[cmd.index(f) + 1] for f in ("--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
-                                                  "--repeat-last-n")}
-        assert got == {"--temp": "0.7", "--top-k": "20", "--top-p": "0.8", "--min-p": "0", "--repeat-penalty": "1.05",
-                       "--repeat-last-n": "64"}
-    plain_t = bench.llama_command(bins, v, "m.gguf", "hi", 0.8, 7, 64, 2)      # a --temps value: nothing else on
+        got = {
+            f: cmd[cmd.index(f) + 1]
+            for f in ("--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n")
+        }
+        assert got == {
+            "--temp": "0.7",
+            "--top-k": "20",
+            "--top-p": "0.8",
+            "--min-p": "0",
+            "--repeat-penalty": "1.05",
+            "--repeat-last-n": "64",
+        }
+    plain_t = bench.llama_command(bins, v, "m.gguf", "hi", 0.8, 7, 64, 2)  # a --temps value: nothing else on
     assert plain_t[plain_t.index("--top-k") + 1] == "0" and plain_t[plain_t.index("--repeat-penalty") + 1] == "1"
-    assert qwen.config(seed=3) == pymtp.SamplingConfig(temperature=0.7, top_k=20, top_p=0.8,
-                                                       repetition_penalty=1.05, seed=3)
+    assert qwen.config(seed=3) == pymtp.SamplingConfig(
+        temperature=0.7, top_k=20, top_p=0.8, repetition_penalty=1.05, seed=3
+    )
 
 
 def test_smoke_run_with_named_sampling_reports_step_costs(tmp_path, capsys):
-    assert bench.main(["--smoke", "--sampling", "greedy,qwen", "--drafts", "1,2", "--out", str(tmp_path),
-                       "--no-plot"]) == 0
+    assert (
+        bench.main(["--smoke", "--sampling", "greedy,qwen", "--drafts", "1,2", "--out", str(tmp_path), "--no-plot"])
+        == 0
+    )
     table = capsys.readouterr().out
     assert "qwen" in table and "samp+py %" in table
     d = json.loads((tmp_path / "bench.json").read_text())
@@ -199,16 +212,18 @@ def test_smoke_run_with_named_sampling_reports_step_costs(tmp_path, capsys):
     runs = [r for r in d["runs"] if not r["warmup"]]
     assert {(r["sampling"], r["temperature"]) for r in runs} == {("greedy", 0.0), ("qwen", 0.7)}
     costs = {(c["sampling"], c["variant"]): c for c in d["step_costs"]}
-    assert set(costs) == {(s, v) for s in ("greedy", "qwen") for v in ("plain", "mtp-1", "mtp-2", "mtp-adaptive", "mtp-auto")}
+    assert set(costs) == {
+        (s, v) for s in ("greedy", "qwen") for v in ("plain", "mtp-1", "mtp-2", "mtp-adaptive", "mtp-auto")
+    }
     for (samp, variant), c in costs.items():
         assert c["n_steps"] > 0 and c["step_ms"] > 0
         assert 0 < c["sampling_ms_per_step"] and 0 < c["python_ms_per_step"]
         assert c["sampling_ms_per_step"] + c["python_ms_per_step"] < c["step_ms"]
         calls = {k: v["calls"] for k, v in c["native_by_call"].items()}
-        assert calls["pymtp_sampler_verify"] == c["n_steps"]        # one verify batch per step, plain too
+        assert calls["pymtp_sampler_verify"] == c["n_steps"]  # one verify batch per step, plain too
         # sampled drafts: one native row per draft token; greedy ones come argmaxed from pymtp_draft_greedy
         drafted = calls.get("pymtp_draft_greedy", 0) > 0 or calls.get("pymtp_sampler_row", 0) > 0
-        assert drafted or variant in ("plain", "mtp-auto")     # auto may choose k = 0 on the tiny model
+        assert drafted or variant in ("plain", "mtp-auto")  # auto may choose k = 0 on the tiny model
         if drafted:
             assert (calls.get("pymtp_sampler_row", 0) > 0) == (samp == "qwen")
     rows = [r for r in d["summary"] if r["prompts"] == "all"]
@@ -216,7 +231,8 @@ def test_smoke_run_with_named_sampling_reports_step_costs(tmp_path, capsys):
     for r in rows:
         c = costs[(r["sampling"], r["variant"])]
         assert r["step_costs"]["sampling_python_fraction"] == pytest.approx(
-            (c["sampling_ms_per_step"] + c["python_ms_per_step"]) / c["step_ms"], rel=1e-6)
+            (c["sampling_ms_per_step"] + c["python_ms_per_step"]) / c["step_ms"], rel=1e-6
+        )
 
 
 def test_unknown_sampling_name_exits_nonzero(tmp_path, capsys):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from conftest import CHATML
 
 import pymtp
-from conftest import CHATML
 from pymtp.chat import chat, chat_prompt, chat_stop_strings, chat_stream, normalize_messages
 from pymtp.errors import UnsupportedError
+
 
 @pytest.fixture(scope="module")
 def chat_model(gguf, tmp_path_factory):
@@ -35,12 +36,15 @@ def test_normalize_messages():
 
 def test_prompt_and_stop_strings(chat_model):
     assert chat_prompt(chat_model, MESSAGES) == (
-        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n")
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert chat_stop_strings(chat_model) == ("<|im_end|>",)
 
 
-@pytest.mark.parametrize("name, marker", [("chatml", "<|im_end|>"), ("llama3", "<|eot_id|>"),
-                                          ("gemma", "<end_of_turn>"), ("phi3", "<|end|>")])
+@pytest.mark.parametrize(
+    "name, marker",
+    [("chatml", "<|im_end|>"), ("llama3", "<|eot_id|>"), ("gemma", "<end_of_turn>"), ("phi3", "<|end|>")],
+)
 def test_stop_strings_of_builtin_templates(models, name, marker):
     assert chat_stop_strings(models("glm4moe"), name) == (marker,)
 
@@ -86,7 +90,7 @@ def test_chat_stop_string_cuts_the_reply(chat_model):
     full = chat("hi", chat_model, max_tokens=12)
     cut = [c for c in full.text[2:] if c != "\ufffd"][0]
     r = chat("hi", chat_model, max_tokens=12, stop=cut)
-    assert r.finish_reason == "stop" and r.text == full.text[:full.text.index(cut)]
+    assert r.finish_reason == "stop" and r.text == full.text[: full.text.index(cut)]
 
 
 def test_chat_without_template(models):

@@ -26,8 +26,19 @@ def test_help(capsys):
         assert word in out
     assert main(["generate", "--help"]) == EXIT_OK
     out = capsys.readouterr().out
-    for opt in ("--model", "--max-tokens", "--temperature", "--top-k", "--top-p", "--min-p", "--seed", "--stop",
-                "--no-spec", "--n-draft", "examples:"):
+    for opt in (
+        "--model",
+        "--max-tokens",
+        "--temperature",
+        "--top-k",
+        "--top-p",
+        "--min-p",
+        "--seed",
+        "--stop",
+        "--no-spec",
+        "--n-draft",
+        "examples:",
+    ):
         assert opt in out
     assert main([]) == EXIT_USAGE
     assert main(["--version"]) == EXIT_OK
@@ -45,12 +56,41 @@ def test_generate(capsys, fixture_model, models):
 
 
 def test_generate_options(capsys, fixture_model, models):
-    rc = main(["generate", "-m", fixture_model, "-n", "8", "--no-spec", "--json", "--seed", "3",
-               "-t", "0.8", "--top-k", "20", "--top-p", "0.9", "--min-p", "0.05", "hello"])
+    rc = main(
+        [
+            "generate",
+            "-m",
+            fixture_model,
+            "-n",
+            "8",
+            "--no-spec",
+            "--json",
+            "--seed",
+            "3",
+            "-t",
+            "0.8",
+            "--top-k",
+            "20",
+            "--top-p",
+            "0.9",
+            "--min-p",
+            "0.05",
+            "hello",
+        ]
+    )
     assert rc == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
-    ref = pymtp.generate("hello", models("glm4moe"), max_tokens=8, seed=3, temperature=0.8, top_k=20,
-                         top_p=0.9, min_p=0.05, speculative=False)
+    ref = pymtp.generate(
+        "hello",
+        models("glm4moe"),
+        max_tokens=8,
+        seed=3,
+        temperature=0.8,
+        top_k=20,
+        top_p=0.9,
+        min_p=0.05,
+        speculative=False,
+    )
     assert doc["text"] == ref.text and doc["usage"]["completion_tokens"] == 8
     assert doc["stats"]["n_drafted"] == 0
     rc = main(["generate", "-m", fixture_model, "-n", "8", "--n-draft", "2", "--no-adaptive", "-q", "hello"])
@@ -70,7 +110,7 @@ def test_generate_stop(capsys, fixture_model, models):
     cut = [c for c in full[2:] if c != "\ufffd"][0]
     assert main(["generate", "-m", fixture_model, "-n", "12", "--stop", cut, "hello"]) == EXIT_OK
     cap = capsys.readouterr()
-    assert cap.out == full[:full.index(cut)] + "\n" and "finish: stop" in cap.err
+    assert cap.out == full[: full.index(cut)] + "\n" and "finish: stop" in cap.err
 
 
 def test_missing_model_file(capsys, tmp_path):
@@ -105,8 +145,17 @@ def test_bad_option_values(capsys, fixture_model):
 def test_info(capsys, fixture_model):
     assert main(["info", "-m", fixture_model]) == EXIT_OK
     out = capsys.readouterr().out
-    for needle in ("glm4moe", "MTP blocks", "1 (loaded)", "304 tokens", "2048", "parameters", "file size",
-                   "llama.cpp", "backends"):
+    for needle in (
+        "glm4moe",
+        "MTP blocks",
+        "1 (loaded)",
+        "304 tokens",
+        "2048",
+        "parameters",
+        "file size",
+        "llama.cpp",
+        "backends",
+    ):
         assert needle in out
     assert main(["info", "-m", fixture_model, "--json"]) == EXIT_OK
     info = json.loads(capsys.readouterr().out)
@@ -134,10 +183,18 @@ def test_chat_repl(capsys, fixture_model, monkeypatch, models):
 
     m = models("glm4moe")
     first = chat("Hello", m, template="chatml", max_tokens=6)
-    second = chat([{"role": "user", "content": "Hello"}, {"role": "assistant", "content": first.text},
-                   {"role": "user", "content": "How are you?"}], m, template="chatml", max_tokens=6)
+    second = chat(
+        [
+            {"role": "user", "content": "Hello"},
+            {"role": "assistant", "content": first.text},
+            {"role": "user", "content": "How are you?"},
+        ],
+        m,
+        template="chatml",
+        max_tokens=6,
+    )
     assert cap.out == first.text + "\n" + second.text + "\n"
-    assert cap.err.count("tok/s") == 3        # --stats after each reply, and /stats once
+    assert cap.err.count("tok/s") == 3  # --stats after each reply, and /stats once
 
 
 def test_generate_interrupted(capsys, fixture_model, monkeypatch):
@@ -157,10 +214,18 @@ def test_chat_reply_interrupted_is_kept(capsys, fixture_model, monkeypatch, mode
     err = capsys.readouterr().err
     from pymtp.chat import chat
 
-    partial = out.writes[0]     # the interrupted reply so far: kept in the conversation
-    second = chat([{"role": "user", "content": "Hello"}, {"role": "assistant", "content": partial},
-                   {"role": "user", "content": "How are you?"}], models("glm4moe"), template="chatml",
-                  max_tokens=8, ignore_eos=True)
+    partial = out.writes[0]  # the interrupted reply so far: kept in the conversation
+    second = chat(
+        [
+            {"role": "user", "content": "Hello"},
+            {"role": "assistant", "content": partial},
+            {"role": "user", "content": "How are you?"},
+        ],
+        models("glm4moe"),
+        template="chatml",
+        max_tokens=8,
+        ignore_eos=True,
+    )
     assert partial and out.getvalue() == partial + "\n" + second.text + "\n"
     assert "(reply interrupted)" in err and err.count("tok/s") == 1
 
@@ -184,6 +249,7 @@ def test_progress_plain_fallback():
     buf = io.StringIO()
     with Progress("loading thing", delay=0.05, file=buf):
         import time
+
         time.sleep(0.3)
     text = buf.getvalue()
     assert "loading thing ..." in text and "done in" in text

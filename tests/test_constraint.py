@@ -13,8 +13,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_distribution import (N_SAMPLES, N_THREADS, P_EXACT, Coverage, draw, exact_continuations, p_values,
-                               q_of, sample_continuations)
+from test_distribution import (
+    N_SAMPLES,
+    N_THREADS,
+    P_EXACT,
+    Coverage,
+    draw,
+    exact_continuations,
+    p_values,
+    q_of,
+    sample_continuations,
+)
 
 import pymtp
 from pymtp import SamplingConfig, SpecConfig
@@ -49,7 +58,7 @@ class Parity:
 
     def rollback(self, n: int) -> None:
         assert 0 <= n <= len(self.tokens)
-        del self.tokens[len(self.tokens) - n:]
+        del self.tokens[len(self.tokens) - n :]
 
     def is_terminated(self) -> bool:
         return len(self.tokens) >= self.length
@@ -60,6 +69,7 @@ def test_the_parity_mask_layout():
     m = np.zeros(3, dtype=np.uint32)
     c.fill_mask(m)
     from pymtp.sampling import mask_allows
+
     assert [t for t in range(70) if mask_allows(m, t)] == list(range(0, 70, 2))
     c.accept(4)
     c.fill_mask(m)
@@ -73,12 +83,13 @@ def test_greedy_constrained_speculation_equals_constrained_plain_decoding(models
     prompt = s.tokenize("def f(x):\n    return x + 1\n\ndef f(x):\n")
     kw = dict(max_tokens=24, ignore_eos=True)
     plain = pymtp.generate(prompt, s, speculative=False, constraint=Parity(s.model.n_vocab), **kw)
-    spec = pymtp.generate(prompt, s, speculative={"n_draft": 3, "drafter": drafter, "ngram": 2},
-                          constraint=Parity(s.model.n_vocab), **kw)
+    spec = pymtp.generate(
+        prompt, s, speculative={"n_draft": 3, "drafter": drafter, "ngram": 2}, constraint=Parity(s.model.n_vocab), **kw
+    )
     assert spec.tokens == plain.tokens
     assert all(t % 2 == i % 2 for i, t in enumerate(spec.tokens))
     unconstrained = pymtp.generate(prompt, s, speculative=False, **kw)
-    assert unconstrained.tokens != plain.tokens          # the constraint changed something
+    assert unconstrained.tokens != plain.tokens  # the constraint changed something
     if drafter == "mtp":
         assert spec.stats.n_drafted > 0
 
@@ -125,16 +136,20 @@ def test_constrained_speculative_sampling_keeps_the_distribution(constrained_cas
     samples = sample_continuations(s, prompt, TOP_K6, spec, 3, N_SAMPLES, seed=3, coverage=cov, constraint=make)
     assert cov.rejections > 50 and cov.full_accepts > 20, cov
     assert min(p_values(samples, exact, 3)) > P_EXACT
-    wrong = sample_continuations(s, prompt, TOP_K6, spec, 3, N_SAMPLES, seed=4, constraint=make,
-                                 verify=_target_unmasked)
+    wrong = sample_continuations(
+        s, prompt, TOP_K6, spec, 3, N_SAMPLES, seed=4, constraint=make, verify=_target_unmasked
+    )
     assert min(p_values(wrong, exact, 3)) < P_EXACT
 
 
 # ---- a JSON schema (pymtp.grammar over llguidance) on every fixture family --------------------------
 
-FIXTURE_SCHEMA = {"type": "object", "properties": {"a": {"enum": ["x", "yy", "zzz"]},
-                                                   "b": {"type": "integer", "minimum": 0, "maximum": 999}},
-                  "required": ["a", "b"], "additionalProperties": False}
+FIXTURE_SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"enum": ["x", "yy", "zzz"]}, "b": {"type": "integer", "minimum": 0, "maximum": 999}},
+    "required": ["a", "b"],
+    "additionalProperties": False,
+}
 
 
 @pytest.mark.parametrize("family", ["glm4moe", "qwen35", "qwen3next", "step35", "deepseek2"])
@@ -144,6 +159,7 @@ def test_json_schema_greedy_output_is_the_same_with_speculation(models, family):
     import jsonschema
 
     from pymtp.grammar import Constraint
+
     s = models(family)
     c = Constraint(s.model, json_schema=FIXTURE_SCHEMA)
     prompt = s.tokenize('{"a": ')

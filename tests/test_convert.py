@@ -12,8 +12,8 @@ import pytest
 
 import pymtp
 from pymtp import convert
-from pymtp_testing import fixtures
 from pymtp.quant import mtp_blocks, quantize
+from pymtp_testing import fixtures
 
 TEXT = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n" * 2
 
@@ -24,9 +24,14 @@ def files(tmp_path_factory):
     llama = fixtures.make_fixture("llama", d / "llama.gguf")
     glm = fixtures.make_fixture("glm4moe", d / "glm4moe.gguf")
     head = convert.extract_head(glm, d / "head.gguf")
-    return {"dir": d, "llama": llama, "glm4moe": glm, "head": head,
-            "converted": convert.write_glm4moe(llama, d / "converted.gguf"),
-            "with_head": convert.write_glm4moe(llama, d / "with-head.gguf", head=head)}
+    return {
+        "dir": d,
+        "llama": llama,
+        "glm4moe": glm,
+        "head": head,
+        "converted": convert.write_glm4moe(llama, d / "converted.gguf"),
+        "with_head": convert.write_glm4moe(llama, d / "with-head.gguf", head=head),
+    }
 
 
 def logits_of(path, text=TEXT):
@@ -54,7 +59,7 @@ def test_converted_llama_computes_the_same_logits(files):
         got = logits_of(files[key])
         assert np.abs(got - want).max() <= 1e-3, key
         assert (got.argmax(1) == want.argmax(1)).all(), key
-    assert want.std() > 2.0          # not degenerate: rope and attention matter here
+    assert want.std() > 2.0  # not degenerate: rope and attention matter here
 
 
 def test_converted_file_is_glm4moe_with_or_without_a_head(files):

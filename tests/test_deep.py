@@ -18,8 +18,8 @@ N_NEW = 32
 # n_embd 64 -> 256: the width ratio 4 makes sqrt(d/D) = 1/2 exact, so the scaled norm
 # weights and eps round exactly as the source's: the trunk is bitwise equal in practice.
 WIDE, EXTRA = 256, 3
-TOL_EXACT = 1e-4        # max abs logit difference, power-of-4 width ratio (measured <= ~2e-6)
-TOL_ROUNDED = 2e-3      # ratio 2 (64 -> 128): sqrt(1/2) rounds; measured ~2e-4 on logits of scale ~20
+TOL_EXACT = 1e-4  # max abs logit difference, power-of-4 width ratio (measured <= ~2e-6)
+TOL_ROUNDED = 2e-3  # ratio 2 (64 -> 128): sqrt(1/2) rounds; measured ~2e-4 on logits of scale ~20
 
 
 @pytest.fixture(scope="module")
@@ -71,16 +71,29 @@ def test_metadata_and_tensors(src, deep):
     # head dim kept, heads and KV heads scaled with the GQA ratio kept
     assert fd[k("attention.key_length")] == fs[k("attention.key_length")]
     assert fd[k("attention.head_count")] == fs[k("attention.head_count")] * WIDE // d
-    assert fd[k("attention.head_count")] // fd[k("attention.head_count_kv")] == \
-        fs[k("attention.head_count")] // fs[k("attention.head_count_kv")]
+    assert (
+        fd[k("attention.head_count")] // fd[k("attention.head_count_kv")]
+        == fs[k("attention.head_count")] // fs[k("attention.head_count_kv")]
+    )
     assert fd[k("feed_forward_length")] == fs[k("feed_forward_length")] * WIDE // d
     assert fd[k("expert_feed_forward_length")] == fs[k("expert_feed_forward_length")] * WIDE // d
-    assert math.isclose(fd[k("attention.layer_norm_rms_epsilon")],
-                        fs[k("attention.layer_norm_rms_epsilon")] * d / WIDE, rel_tol=1e-6)
+    assert math.isclose(
+        fd[k("attention.layer_norm_rms_epsilon")], fs[k("attention.layer_norm_rms_epsilon")] * d / WIDE, rel_tol=1e-6
+    )
     # every other key copied with its value (tokenizer arrays included)
-    changed = {k(s) for s in ("embedding_length", "block_count", "leading_dense_block_count", "attention.head_count",
-                              "attention.head_count_kv", "feed_forward_length", "expert_feed_forward_length",
-                              "attention.layer_norm_rms_epsilon")} | {"general.name"}
+    changed = {
+        k(s)
+        for s in (
+            "embedding_length",
+            "block_count",
+            "leading_dense_block_count",
+            "attention.head_count",
+            "attention.head_count_kv",
+            "feed_forward_length",
+            "expert_feed_forward_length",
+            "attention.layer_norm_rms_epsilon",
+        )
+    } | {"general.name"}
     for key, v in fs.items():
         if key not in changed:
             assert fd[key] == v, key
@@ -92,7 +105,7 @@ def test_metadata_and_tensors(src, deep):
     assert f"blk.{nextn}.nextn.eh_proj.weight" in td and f"blk.{n_trunk}.nextn.eh_proj.weight" not in td
     assert [int(x) for x in td[f"blk.{nextn}.nextn.eh_proj.weight"].shape] == [2 * WIDE, WIDE]
     assert [int(x) for x in td["token_embd.weight"].shape][0] == WIDE
-    for i in range(n_trunk, n_trunk + EXTRA):           # the extra blocks add exactly zero
+    for i in range(n_trunk, n_trunk + EXTRA):  # the extra blocks add exactly zero
         for name in ("attn_output.weight", "ffn_down.weight"):
             assert not np.any(td[f"blk.{i}.{name}"].data)
         assert np.any(td[f"blk.{i}.attn_q.weight"].data)
@@ -100,7 +113,7 @@ def test_metadata_and_tensors(src, deep):
     ts = {t.name: t for t in rs.tensors}
     a, b = np.asarray(ts["blk.0.ffn_up.weight"].data), np.asarray(td["blk.0.ffn_up.weight"].data)
     assert np.array_equal(b[: a.shape[0], : a.shape[1]], a)
-    assert not np.any(b[a.shape[0]:]) and not np.any(b[:, a.shape[1]:])
+    assert not np.any(b[a.shape[0] :]) and not np.any(b[:, a.shape[1] :])
 
 
 def test_trunk_and_mtp_logits_match(pair):
@@ -113,7 +126,7 @@ def test_trunk_and_mtp_logits_match(pair):
     assert b.n_embd == WIDE and hb.shape == (len(toks), WIDE)
     np.testing.assert_allclose(lb, la, rtol=0, atol=TOL_EXACT)
     np.testing.assert_allclose(hb[:, :d], ha, rtol=0, atol=TOL_EXACT)
-    assert not np.any(hb[:, d:])                       # hidden rows: [h, 0]
+    assert not np.any(hb[:, d:])  # hidden rows: [h, 0]
     np.testing.assert_allclose(dlb, dla, rtol=0, atol=TOL_EXACT)
     np.testing.assert_allclose(dhb[:, :d], dha, rtol=0, atol=TOL_EXACT)
     assert not np.any(dhb[:, d:])
@@ -132,8 +145,11 @@ def test_greedy_and_acceptance_match(pair, same_greedy):
         # source vs deep variant on the same path: equal (the trunk is bitwise equal in practice)
         same_greedy(a, plain_a.prompt_tokens, sa.tokens, plain_a.tokens)
         assert sb.tokens == sa.tokens, text
-        assert (sb.stats.n_steps, sb.stats.n_drafted, sb.stats.n_accepted) == \
-            (sa.stats.n_steps, sa.stats.n_drafted, sa.stats.n_accepted), text
+        assert (sb.stats.n_steps, sb.stats.n_drafted, sb.stats.n_accepted) == (
+            sa.stats.n_steps,
+            sa.stats.n_drafted,
+            sa.stats.n_accepted,
+        ), text
         assert sb.stats.accepted_at == sa.stats.accepted_at, text
 
 
@@ -146,7 +162,7 @@ def test_non_power_of_4_width_matches_within_rounding(src, tmp_path):
         lb, hb, dlb, _ = _run(b, toks)
         np.testing.assert_allclose(lb, la, rtol=0, atol=TOL_ROUNDED)
         np.testing.assert_allclose(dlb, dla, rtol=0, atol=TOL_ROUNDED)
-        assert not np.any(hb[:, a.n_embd:])
+        assert not np.any(hb[:, a.n_embd :])
 
 
 def test_deep_variant_path_caches(src, tmp_path):
@@ -154,7 +170,7 @@ def test_deep_variant_path_caches(src, tmp_path):
     assert p1.is_file() and p1.parent == tmp_path
     mtime = p1.stat().st_mtime_ns
     assert deep_variant_path(src, cache_dir=tmp_path, n_embd=128, n_extra_layers=1) == p1
-    assert p1.stat().st_mtime_ns == mtime                        # reused, not rewritten
+    assert p1.stat().st_mtime_ns == mtime  # reused, not rewritten
     p2 = deep_variant_path(src, cache_dir=tmp_path, n_embd=128, n_extra_layers=2)
     assert p2 != p1 and p2.is_file()
     assert not list(tmp_path.glob("*.tmp"))

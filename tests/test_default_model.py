@@ -141,8 +141,10 @@ def assert_mtp_logits_match(got, tm, tokens, hidden, want, atol):
     worst = int(err.argmax())
     assert err[worst] <= atol, f"row {worst}: max diff {err[worst]:.3g} with routing margin {margin[worst]:.3g}"
     for r in ties:
-        diffs = {experts: float(np.abs(got[r] - torch_mtp(tm, tokens, hidden, force={r: experts})[0][r]).max())
-                 for experts in plausible_routings(scores[r], k, ROUTING_TIE_EPS)}
+        diffs = {
+            experts: float(np.abs(got[r] - torch_mtp(tm, tokens, hidden, force={r: experts})[0][r]).max())
+            for experts in plausible_routings(scores[r], k, ROUTING_TIE_EPS)
+        }
         assert min(diffs.values()) <= atol, f"near-tie row {r} (scores {scores[r]}): max diff by routing {diffs}"
 
 

@@ -19,13 +19,14 @@ import json
 import os
 
 import pytest
-
-from pymtp.quant import quantize
-from pymtp.testing.server_load import start_server
-
 from conftest import GPU_BUILD
 
-pytestmark = pytest.mark.skipif(GPU_BUILD, reason="the bit-exact contract holds for CPU builds (GPU builds keep a tolerance)")
+from pymtp.quant import quantize
+from pymtp_testing.server_load import start_server
+
+pytestmark = pytest.mark.skipif(
+    GPU_BUILD, reason="the bit-exact contract holds for CPU builds (GPU builds keep a tolerance)"
+)
 
 #: a short prompt, and one whose cache passes 512 cells (another attention path before patch 0005)
 PROMPTS = ("The quick brown fox", "def fib(n):\n    " + "x = x + 1\n    " * 90)
@@ -47,10 +48,34 @@ def _requests() -> list[tuple[str, dict]]:
     out = []
     for prompt in PROMPTS:
         for speculative in (True, False):
-            out.append(("/v1/completions", dict(prompt=prompt, n=3, seed=7, temperature=0.9, max_tokens=40,
-                                                ignore_eos=True, speculative=speculative)))
-    out.append(("/v1/chat/completions", dict(messages=[{"role": "user", "content": PROMPTS[0]}], n=3, seed=11,
-                                             temperature=1.0, top_p=0.95, max_tokens=40, ignore_eos=True)))
+            out.append(
+                (
+                    "/v1/completions",
+                    dict(
+                        prompt=prompt,
+                        n=3,
+                        seed=7,
+                        temperature=0.9,
+                        max_tokens=40,
+                        ignore_eos=True,
+                        speculative=speculative,
+                    ),
+                )
+            )
+    out.append(
+        (
+            "/v1/chat/completions",
+            dict(
+                messages=[{"role": "user", "content": PROMPTS[0]}],
+                n=3,
+                seed=11,
+                temperature=1.0,
+                top_p=0.95,
+                max_tokens=40,
+                ignore_eos=True,
+            ),
+        )
+    )
     return out
 
 
@@ -67,10 +92,16 @@ def answers(gguf, tmp_path_factory, request):
 
     wtype = request.param
     wide = dict(n_embd=256, head_dim=64, n_ff=512, n_ff_exp=256) if wtype.startswith("Q4_K") else {}
-    path = str(quantize(gguf("glm4moe", chat_template=CHATML, **wide), tmp_path_factory.mktemp("det") / f"{wtype}.gguf",
-                        type=wtype, mtp_type=None))
+    path = str(
+        quantize(
+            gguf("glm4moe", chat_template=CHATML, **wide),
+            tmp_path_factory.mktemp("det") / f"{wtype}.gguf",
+            type=wtype,
+            mtp_type=None,
+        )
+    )
     out = {}
-    os.environ["PYMTP_MAX_UBATCH"] = "8"     # prefills in pieces of 8 rows, as decodes: see the module doc
+    os.environ["PYMTP_MAX_UBATCH"] = "8"  # prefills in pieces of 8 rows, as decodes: see the module doc
     try:
         _serve(path, out)
     finally:

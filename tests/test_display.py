@@ -10,8 +10,19 @@ from pymtp.stats import SpecStats
 
 
 def fake_stats() -> SpecStats:
-    return SpecStats(n_steps=10, n_drafted=25, n_accepted=15, n_emitted=25, drafted_at=[10, 9, 6],
-                     accepted_at=[8, 5, 2], n_prompt=7, t_prefill=0.01, t_draft=0.02, t_verify=0.05, t_total=0.1)
+    return SpecStats(
+        n_steps=10,
+        n_drafted=25,
+        n_accepted=15,
+        n_emitted=25,
+        drafted_at=[10, 9, 6],
+        accepted_at=[8, 5, 2],
+        n_prompt=7,
+        t_prefill=0.01,
+        t_draft=0.02,
+        t_verify=0.05,
+        t_total=0.1,
+    )
 
 
 def test_stats_html_and_line():
@@ -43,6 +54,7 @@ def test_result_html_escapes(models):
 
 def test_plot_stats():
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -89,5 +101,6 @@ def test_jupyter_renders_results_and_stats(models):
 
 def test_no_jupyter_no_registration(monkeypatch):
     import sys
+
     monkeypatch.delitem(sys.modules, "IPython", raising=False)
     assert pymtp.display.register_jupyter() is False

@@ -130,14 +130,16 @@ def marginal(dist, i: int) -> Counter | dict:
 def p_values(samples: Counter, exact: dict, depth: int) -> list[float]:
     """Each position's marginal, then the joint of all depth tokens."""
     return [goodness_of_fit(marginal(samples, i), marginal(exact, i)) for i in range(depth)] + [
-        goodness_of_fit(samples, exact)]
+        goodness_of_fit(samples, exact)
+    ]
 
 
 # ---- plain sampling, exactly ------------------------------------------------------------------------
 
 
-def exact_continuations(model, prompt: list[int], sampling: SamplingConfig, depth: int,
-                        constraint=None) -> dict[tuple, float]:
+def exact_continuations(
+    model, prompt: list[int], sampling: SamplingConfig, depth: int, constraint=None
+) -> dict[tuple, float]:
     """The probability plain sampling gives each continuation of depth tokens: every prefix in the
     support is decoded (from position 0: recurrent models cannot trim) and its last row turned into
     a distribution by Sampler.probs with the whole text as history, as plain decoding does.
@@ -145,21 +147,23 @@ def exact_continuations(model, prompt: list[int], sampling: SamplingConfig, dept
     its state after the generated tokens before it)."""
     sampler = Sampler(sampling, n_vocab=model.n_vocab)
     out: dict[tuple, float] = {}
-    with pymtp.TargetContext(model, n_ctx=len(prompt) + depth + 8, n_batch=len(prompt) + depth,
-                             n_threads=N_THREADS) as t:
+    with pymtp.TargetContext(
+        model, n_ctx=len(prompt) + depth + 8, n_batch=len(prompt) + depth, n_threads=N_THREADS
+    ) as t:
+
         def walk(seq: list[int], prob: float) -> None:
             t.seq_rm(0)
             t.decode(seq, 0, output=last_row_only(len(seq)))
             mask = None
             if constraint is not None:
                 c = constraint()
-                for tok in seq[len(prompt):]:
+                for tok in seq[len(prompt) :]:
                     assert c.accept(tok)
                 mask = np.zeros((model.n_vocab + 31) // 32, dtype=np.uint32)
                 c.fill_mask(mask)
             p = sampler.probs(t.logits()[-1].copy(), seq, mask=mask)
             for tok in np.flatnonzero(p):
-                key = tuple(seq[len(prompt):]) + (int(tok),)
+                key = tuple(seq[len(prompt) :]) + (int(tok),)
                 if len(key) == depth:
                     out[key] = prob * float(p[tok])
                 else:
@@ -177,10 +181,10 @@ class Coverage:
     """What the speculative steps of a run did."""
 
     steps: int = 0
-    drafted_at: Counter = field(default_factory=Counter)   # draft length -> steps
-    rejections: int = 0                                    # steps that rolled back a draft token
+    drafted_at: Counter = field(default_factory=Counter)  # draft length -> steps
+    rejections: int = 0  # steps that rolled back a draft token
     full_accepts: int = 0
-    reused_starts: int = 0                                 # samples whose prefill reused the cache
+    reused_starts: int = 0  # samples whose prefill reused the cache
 
     def add(self, r) -> None:
         self.steps += 1
@@ -191,9 +195,18 @@ class Coverage:
             self.full_accepts += 1
 
 
-def sample_continuations(session, prompt: list[int], sampling: SamplingConfig, spec: SpecConfig | None,
-                         depth: int, n: int, seed: int, verify=None, coverage: Coverage | None = None,
-                         constraint=None) -> Counter:
+def sample_continuations(
+    session,
+    prompt: list[int],
+    sampling: SamplingConfig,
+    spec: SpecConfig | None,
+    depth: int,
+    n: int,
+    seed: int,
+    verify=None,
+    coverage: Coverage | None = None,
+    constraint=None,
+) -> Counter:
     """n continuations of depth tokens; the speculator reseeded for each (seed * 100000 + i).
     verify: a replacement for Sampler.verify (a wrong rule), bound to each sample's sampler.
     constraint: a callable making each sample's TokenConstraint."""
@@ -202,8 +215,11 @@ def sample_continuations(session, prompt: list[int], sampling: SamplingConfig, s
     with session.lock:
         spec_ = session.speculator(sampling, spec)
         for i in range(n):
-            spec_.start(prompt, sampling.model_copy(update={"seed": seed * 100_000 + i}),
-                        constraint=constraint() if constraint else None)
+            spec_.start(
+                prompt,
+                sampling.model_copy(update={"seed": seed * 100_000 + i}),
+                constraint=constraint() if constraint else None,
+            )
             if coverage is not None and spec_.stats.n_reused > 0:
                 coverage.reused_starts += 1
             if verify is not None:
@@ -212,7 +228,7 @@ def sample_continuations(session, prompt: list[int], sampling: SamplingConfig, s
                 r = spec_.step(max_new=end - len(spec_.tokens))
                 if coverage is not None:
                     coverage.add(r)
-            out[tuple(spec_.tokens[len(prompt):end])] += 1
+            out[tuple(spec_.tokens[len(prompt) : end])] += 1
     return out
 
 
@@ -238,13 +254,16 @@ def q_of(sampler, q, i: int, draft) -> np.ndarray:
 def as_verify(rule, sampler):
     """A rule written as rule(sampler, target_rows, draft, q, history) -> (n_accepted, token), in
     Sampler.verify's place (the masks and the options it is also given go unused)."""
+
     def verify(target_rows, draft, q, history, **_options):
         return Verdict(*rule(sampler, target_rows, draft, q, history))
+
     return verify
 
 
 # The wrong rules run on the same native transform (Sampler.probs) and read the drafters' q
 # from the same native slots as the real rule; only the rule itself is written here.
+
 
 def _residual_ignored(self, target_rows, draft, draft_probs, history):
     """Wrong: accept with probability min(1, p/q), but on a rejection draw from p instead of
@@ -302,11 +321,11 @@ class Case:
 
     @property
     def depth(self) -> int:
-        return self.n_draft + 1          # a full accept plus the bonus token, or a rollback and more
+        return self.n_draft + 1  # a full accept plus the bonus token, or a rollback and more
 
 
 TOP_K6 = SamplingConfig(temperature=1.0, top_k=6)
-WIDE = SamplingConfig(temperature=1.5, top_k=10)      # flatter rows: top-p and min-p cut inside the top 10
+WIDE = SamplingConfig(temperature=1.5, top_k=10)  # flatter rows: top-p and min-p cut inside the top 10
 CASES = {
     "glm4moe": Case("glm4moe", TOP_K6),
     "qwen35": Case("qwen35", TOP_K6, wrong_rule=_ratio_inverted),
@@ -314,8 +333,13 @@ CASES = {
     "step35": Case("step35", TOP_K6, n_draft=3),
     "top_p": Case("glm4moe", WIDE.model_copy(update={"top_p": 0.9}), without={"top_p": 1.0}),
     "min_p": Case("glm4moe", WIDE.model_copy(update={"min_p": 0.05}), without={"min_p": 0.0}),
-    "repetition_penalty": Case("glm4moe", TOP_K6.model_copy(update={"repetition_penalty": 1.5}), greedy_prefix=6,
-                               wrong_rule=_penalty_ignored, without={"repetition_penalty": 1.0}),
+    "repetition_penalty": Case(
+        "glm4moe",
+        TOP_K6.model_copy(update={"repetition_penalty": 1.5}),
+        greedy_prefix=6,
+        wrong_rule=_penalty_ignored,
+        without={"repetition_penalty": 1.0},
+    ),
 }
 
 
@@ -345,8 +369,9 @@ def reference(session):
             s = session(case.family)
             prompt = s.tokenize(PROMPT)
             if case.greedy_prefix:
-                prompt += pymtp.generate(prompt, s, max_tokens=case.greedy_prefix, speculative=False,
-                                         ignore_eos=True).tokens
+                prompt += pymtp.generate(
+                    prompt, s, max_tokens=case.greedy_prefix, speculative=False, ignore_eos=True
+                ).tokens
             cache[name] = (s, prompt, exact_continuations(s.model, prompt, case.sampling, case.depth))
         return cache[name]
 
@@ -361,21 +386,20 @@ def _spec(case: Case) -> SpecConfig:
 def test_speculative_sampling_matches_plain_sampling(reference, name):
     case = CASES[name]
     s, prompt, exact = reference(name)
-    assert abs(sum(exact.values()) - 1.0) < 1e-6    # float32 probabilities
+    assert abs(sum(exact.values()) - 1.0) < 1e-6  # float32 probabilities
     if case.without is not None:
         # the transform under test shapes the distribution (else the case would test top-k again)
         other = exact_continuations(s.model, prompt, case.sampling.model_copy(update=case.without), case.depth)
         tv = 0.5 * sum(abs(exact.get(k, 0.0) - other.get(k, 0.0)) for k in set(exact) | set(other))
         assert tv > 0.1, f"{name}: the transform moves the distribution by only {tv:.3f}"
     cov = Coverage()
-    samples = sample_continuations(s, prompt, case.sampling, _spec(case), case.depth, N_SAMPLES, seed=2,
-                                   coverage=cov)
+    samples = sample_continuations(s, prompt, case.sampling, _spec(case), case.depth, N_SAMPLES, seed=2, coverage=cov)
     # the run went through rollbacks (and hand-offs after them), full accepts and full-length drafts
     assert cov.rejections > 50 and cov.full_accepts > 50, cov
     assert cov.drafted_at[case.n_draft] > 50 and max(cov.drafted_at) == case.n_draft, cov
     # every sample after the first starts from the cache the one before left (prefix reuse: the
     # prompt's KV is kept, the draft head cut back; hybrids resume from their prompt's snapshot)
-    assert cov.reused_starts >= N_SAMPLES - 1, cov      # all when an earlier case left the prompt
+    assert cov.reused_starts >= N_SAMPLES - 1, cov  # all when an earlier case left the prompt
     ps = p_values(samples, exact, case.depth)
     assert min(ps) > P_EXACT, f"{name}: p-values {ps} (marginals by position, then the joint)"
 
@@ -385,8 +409,9 @@ def test_a_wrong_acceptance_rule_is_detected(reference, name):
     """The same test, with the case's wrong rule in place of Sampler.verify, fails."""
     case = CASES[name]
     s, prompt, exact = reference(name)
-    samples = sample_continuations(s, prompt, case.sampling, _spec(case), case.depth, N_SAMPLES, seed=3,
-                                   verify=case.wrong_rule)
+    samples = sample_continuations(
+        s, prompt, case.sampling, _spec(case), case.depth, N_SAMPLES, seed=3, verify=case.wrong_rule
+    )
     ps = p_values(samples, exact, case.depth)
     assert min(ps) < P_EXACT, f"{name}: {case.wrong_rule.__name__} not detected, p-values {ps}"
 
@@ -404,8 +429,14 @@ def test_plain_sampling_matches_the_exact_distribution(reference, name):
 def test_the_goodness_of_fit_test():
     """chi2_sf against known quantiles, and the test on draws from a known distribution."""
     # chi-square quantiles: P(X > x) for (dof, x)
-    for dof, x, p in ((1, 3.841459, 0.05), (2, 13.81551, 1e-3), (5, 11.0705, 0.05), (10, 29.5883, 1e-3),
-                      (40, 55.7585, 0.05), (100, 149.449, 1e-3)):
+    for dof, x, p in (
+        (1, 3.841459, 0.05),
+        (2, 13.81551, 1e-3),
+        (5, 11.0705, 0.05),
+        (10, 29.5883, 1e-3),
+        (40, 55.7585, 0.05),
+        (100, 149.449, 1e-3),
+    ):
         assert chi2_sf(x, dof) == pytest.approx(p, rel=1e-4), (dof, x)
     probs = {0: 0.5, 1: 0.3, 2: 0.15, 3: 0.05}
     rng = np.random.default_rng(0)
@@ -413,7 +444,7 @@ def test_the_goodness_of_fit_test():
     bad = Counter(rng.choice(4, size=2000, p=[0.42, 0.34, 0.17, 0.07]).tolist())
     assert goodness_of_fit(good, probs) > 0.01
     assert goodness_of_fit(bad, probs) < P_EXACT
-    assert goodness_of_fit(Counter({0: 10, 4: 1}), probs) == 0.0     # outside the support
+    assert goodness_of_fit(Counter({0: 10, 4: 1}), probs) == 0.0  # outside the support
 
 
 # ---- two-sample helpers (tests/test_smollm2.py: the default model, no exact reference there) --------

@@ -53,7 +53,8 @@ def test_readme_python_runs(monkeypatch, capsys):
         assert scope["stream"].result.stats.n_emitted == len(scope["stream"].result.tokens) > 0
         assert scope["reply"].text.strip()
         assert [r.prompt_tokens for r in scope["results"]] == [
-            scope["model"].tokenize(p) for p in ("def add(a, b):", "The capital of France is", "SELECT")]
+            scope["model"].tokenize(p) for p in ("def add(a, b):", "The capital of France is", "SELECT")
+        ]
         out = capsys.readouterr().out
         assert scope["result"].text in out and "of drafts accepted" in out
     finally:
@@ -66,9 +67,9 @@ def test_readme_server_snippet_runs(monkeypatch, capsys):
 
     (block,) = [b for b in python_blocks(README) if "OpenAI(" in b]
     served = re.search(r"--model-name (\S+)", README.read_text()).group(1)
-    assert f'model="{served}"' in block                   # the snippet names the id the command serves
+    assert f'model="{served}"' in block  # the snippet names the id the command serves
     with start_server(["--model-name", served]) as server:
         block = block.replace("http://127.0.0.1:8000", server.url)
         exec(compile(block, "README.md", "exec"), {})
     lines = capsys.readouterr().out.strip().splitlines()
-    assert 0.0 <= float(lines[-1]) <= 1.0                   # the acceptance rate from the "pymtp" field
+    assert 0.0 <= float(lines[-1]) <= 1.0  # the acceptance rate from the "pymtp" field

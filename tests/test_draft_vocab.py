@@ -8,8 +8,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_distribution import (N_SAMPLES, N_THREADS, P_EXACT, TOP_K6, Coverage, draw, exact_continuations,
-                               p_values, q_of, sample_continuations)
+from test_distribution import (
+    N_SAMPLES,
+    N_THREADS,
+    P_EXACT,
+    TOP_K6,
+    Coverage,
+    draw,
+    exact_continuations,
+    p_values,
+    q_of,
+    sample_continuations,
+)
 
 import pymtp
 from pymtp import SpecConfig
@@ -17,7 +27,7 @@ from pymtp.draft_vocab import frequent_tokens, token_counts
 from pymtp.model import last_row_only
 
 TRIMMING = ["glm4moe", "qwen35", "qwen35moe", "deepseek2"]
-NOT_TRIMMING = ["step35", "mimo2", "qwen3next"]     # chained heads; a graph that cuts the rows
+NOT_TRIMMING = ["step35", "mimo2", "qwen3next"]  # chained heads; a graph that cuts the rows
 
 
 def _head_rows(s, vocab):
@@ -31,9 +41,9 @@ def _head_rows(s, vocab):
             # untrimmed, every row asks for logits: llama.cpp's masked hidden rows are a decode's
             # first rows, so the last token's row comes only with all of them
             out = last_row_only(n - 1) if len(vocab) else np.ones(n - 1, dtype=np.uint8)
-            d.decode(prompt[1:], 1, rows[0], rows[1:n - 1], output=out)
+            d.decode(prompt[1:], 1, rows[0], rows[1 : n - 1], output=out)
             first = d.logits()[-1].copy(), d.hidden()[-1].copy()
-            d.decode([prompt[3]], n, first[1], output=last_row_only(1))   # the recursion's next step
+            d.decode([prompt[3]], n, first[1], output=last_row_only(1))  # the recursion's next step
             return first, (d.logits()[-1].copy(), d.hidden()[-1].copy())
 
 
@@ -53,7 +63,7 @@ def test_a_trimmed_row_is_minus_infinity_outside_the_set(models):
     s = models("glm4moe")
     keep = np.arange(10, s.model.n_vocab, 3)
     (logits, _), _ = _head_rows(s, keep)
-    (full, _), _ = _head_rows(s, np.arange(s.model.n_vocab))     # the same kernel, every row
+    (full, _), _ = _head_rows(s, np.arange(s.model.n_vocab))  # the same kernel, every row
     outside = np.setdiff1d(np.arange(s.model.n_vocab), keep)
     assert np.all(np.isneginf(logits[outside]))
     np.testing.assert_array_equal(logits[keep], full[keep])
@@ -64,7 +74,7 @@ def test_bad_vocabularies_are_refused(models):
     with pymtp.TargetContext(s.model, n_ctx=32, n_threads=1) as t, pymtp.DraftContext(t, n_threads=1) as d:
         with pytest.raises(ValueError, match="token ids"):
             d.set_vocab([1, s.model.n_vocab])
-        d.set_vocab([5, 5, 7])                       # duplicates collapse
+        d.set_vocab([5, 5, 7])  # duplicates collapse
         assert d.vocab_size == 2
         d.set_vocab([])
         assert d.vocab_size == 0
@@ -76,8 +86,9 @@ def test_greedy_speculation_with_a_trimmed_vocabulary_is_lossless(models, same_g
     s = models(family)
     prompt = s.tokenize("def f(x):\n    return x + 1\n\ndef g(y):\n")
     want = pymtp.generate(prompt, s, max_tokens=24, speculative=False, ignore_eos=True)
-    got = pymtp.generate(prompt, s, max_tokens=24, ignore_eos=True,
-                         speculative={"n_draft": n_draft, "draft_vocab": 100})
+    got = pymtp.generate(
+        prompt, s, max_tokens=24, ignore_eos=True, speculative={"n_draft": n_draft, "draft_vocab": 100}
+    )
     same_greedy(s, prompt, got.tokens, want.tokens)
     assert got.stats.draft_vocab == (0 if family in NOT_TRIMMING else len(frequent_tokens(s.model, 100)))
 
@@ -93,15 +104,17 @@ def test_sampling_with_a_trimmed_vocabulary_keeps_the_distribution(gguf):
         samples = sample_continuations(s, prompt, TOP_K6, spec, 3, N_SAMPLES, seed=8, coverage=cov)
         assert cov.rejections > 50 and cov.full_accepts > 10, cov
         kept = set(frequent_tokens(s.model, 160).tolist())
-        assert any(t not in kept for key in samples for t in key)      # emitted, never drafted
+        assert any(t not in kept for key in samples for t in key)  # emitted, never drafted
         assert min(p_values(samples, exact, 3)) > P_EXACT
-        wrong = sample_continuations(s, prompt, TOP_K6, spec, 3, N_SAMPLES, seed=9,
-                                     verify=_residual_within(np.array(sorted(kept))))
+        wrong = sample_continuations(
+            s, prompt, TOP_K6, spec, 3, N_SAMPLES, seed=9, verify=_residual_within(np.array(sorted(kept)))
+        )
         assert min(p_values(wrong, exact, 3)) < P_EXACT
 
 
 def _residual_within(kept: np.ndarray):
     """Wrong: a rejection draws its replacement only among the tokens the head could draft."""
+
     def verify(self, target_rows, draft, draft_probs, history):
         for i, d in enumerate(draft):
             p = self.probs(target_rows[i], history + list(draft[:i]))
@@ -112,6 +125,7 @@ def _residual_within(kept: np.ndarray):
             residual[kept] = np.maximum(p - q, 0.0)[kept]
             return i, draw(self.rng, residual if residual.sum() > 0 else p)
         return len(draft), draw(self.rng, self.probs(target_rows[len(draft)], history + list(draft)))
+
     return verify
 
 

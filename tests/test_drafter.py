@@ -49,13 +49,13 @@ class FakeDraft:
         self.n_vocab = N_VOCAB
         self.n_batch = n_batch
         self.head = 0
-        self.cells: set[int] = set()                           # positions the KV holds
-        self.layers = [dict() for _ in range(n_heads)]          # head -> pos -> (token, row mark)
+        self.cells: set[int] = set()  # positions the KV holds
+        self.layers = [dict() for _ in range(n_heads)]  # head -> pos -> (token, row mark)
         self.calls: list[tuple] = []
-        self.confidence = confidence or {}                      # head -> top probability of its rows
+        self.confidence = confidence or {}  # head -> top probability of its rows
         self._logits = self._hidden = None
 
-    seq_id = 0               # a context used whole is the handle of its sequence 0
+    seq_id = 0  # a context used whole is the handle of its sequence 0
 
     @property
     def ctx(self) -> FakeDraft:
@@ -115,7 +115,7 @@ class FakeDraft:
         return [c[1:] for c in self.calls if c[0] == "decode"]
 
 
-SAMPLED = SamplingConfig(temperature=1.0, seed=0)      # the fake's rows are peaked: sampling = argmax
+SAMPLED = SamplingConfig(temperature=1.0, seed=0)  # the fake's rows are peaked: sampling = argmax
 
 
 def sampler(cfg: SamplingConfig = SAMPLED) -> Sampler:
@@ -141,7 +141,7 @@ def test_prefill_queues_each_token_with_the_row_before_it():
     # position 0 has no earlier row: the head starts at 1
     assert queued(d) == [(11, 0.0), (12, 1.0), (13, 2.0)]
     assert pending(d) == 3.0 and d._kv_end == 1
-    assert d.ctx.calls == []                          # nothing decoded yet: hand-off is lazy
+    assert d.ctx.calls == []  # nothing decoded yet: hand-off is lazy
 
 
 def test_prefill_in_chunks_equals_one_prefill():
@@ -155,7 +155,7 @@ def test_prefill_in_chunks_equals_one_prefill():
 
 def test_accepted_tokens_pair_with_the_pending_row_then_their_own():
     d = MTPDrafter(FakeDraft())
-    d.observe([10, 11, 12], 0, H(0, 3))              # prompt body; 13 is the last prompt token
+    d.observe([10, 11, 12], 0, H(0, 3))  # prompt body; 13 is the last prompt token
     # a plain step: the target decoded 13 at position 3 and chose a token (not fed yet)
     d.observe([13], 3, H(3))
     assert queued(d) == [(11, 0.0), (12, 1.0), (13, 2.0)] and pending(d) == 3.0
@@ -165,11 +165,13 @@ def test_accepted_tokens_pair_with_the_pending_row_then_their_own():
 
 
 def test_a_full_queue_is_fed_before_it_overflows():
-    ctx = FakeDraft(n_batch=4)                       # room for 4 queued tokens + the pending row
+    ctx = FakeDraft(n_batch=4)  # room for 4 queued tokens + the pending row
     d = MTPDrafter(ctx)
     d.observe(list(range(10, 20)), 0, H(0, 10))
-    assert [dec[:3] for dec in ctx.decodes()] == [([11, 12, 13, 14], 1, [0.0, 1.0, 2.0, 3.0]),
-                                                  ([15, 16, 17, 18], 5, [4.0, 5.0, 6.0, 7.0])]
+    assert [dec[:3] for dec in ctx.decodes()] == [
+        ([11, 12, 13, 14], 1, [0.0, 1.0, 2.0, 3.0]),
+        ([15, 16, 17, 18], 5, [4.0, 5.0, 6.0, 7.0]),
+    ]
     assert list(ctx.decodes()[0][3]) == [0, 0, 0, 0]  # no logits needed: they only fill the KV
     assert queued(d) == [(19, 8.0)] and pending(d) == 9.0 and d._kv_end == 9
 
@@ -181,7 +183,7 @@ def test_reset_forgets_everything():
     d.reset()
     assert d._feed == [] and not d._has_pending and d._kv_end == 0
     assert ctx.calls == [("seq_rm", 0)]
-    assert d.propose(12, 2, 3, sampler(), [10, 11, 12]).tokens == []    # nothing to pair the token with
+    assert d.propose(12, 2, 3, sampler(), [10, 11, 12]).tokens == []  # nothing to pair the token with
     chained = FakeDraft(n_heads=3)
     MTPDrafter(chained).reset()
     assert chained.calls == [("set_head", 0), ("seq_rm", 0)]
@@ -226,7 +228,7 @@ def test_one_head_feeds_the_queue_then_recurses_from_the_last_token_alone():
         ("seq_rm", 4),
     ]
     assert ctx.cells == {1, 2, 3} and d._kv_end == 4
-    assert d._feed == [] and not d._has_pending        # the pending row was consumed
+    assert d._feed == [] and not d._has_pending  # the pending row was consumed
 
 
 def test_drafting_stops_below_p_min():
@@ -235,7 +237,7 @@ def test_drafting_stops_below_p_min():
     d.observe([10, 11, 12], 0, H(0, 3))
     draft = d.propose(13, 3, 3, sampler(), [10, 11, 12, 13], p_min=0.5)
     assert draft.tokens == [] and draft.confidence == []
-    assert ctx.cells == {1, 2, 3}                       # the accepted text is fed all the same
+    assert ctx.cells == {1, 2, 3}  # the accepted text is fed all the same
     confident = MTPDrafter(FakeDraft(confidence={0: 0.6}))
     confident.observe([10, 11, 12], 0, H(0, 3))
     draft = confident.propose(13, 3, 3, sampler(), [10, 11, 12, 13], p_min=0.5)
@@ -251,7 +253,7 @@ def test_chained_heads_feed_every_head_then_draft_one_token_each():
     d = MTPDrafter(ctx)
     assert d.max_draft == 3
     d.observe([10, 11, 12], 0, H(0, 3))
-    draft = d.propose(13, 3, 5, sampler(), [10, 11, 12, 13])       # asked for 5: one per head
+    draft = d.propose(13, 3, 5, sampler(), [10, 11, 12, 13])  # asked for 5: one per head
     t1 = head_next(0, 13)
     t2 = head_next(1, t1)
     t3 = head_next(2, t2)
@@ -259,15 +261,27 @@ def test_chained_heads_feed_every_head_then_draft_one_token_each():
     feed = ([11, 12], 1, [0.0, 1.0], [0, 0])
     assert ctx.calls == [
         # the queued tokens once per head (each head writes its own KV layer)
-        ("set_head", 0), ("decode", *feed),
-        ("set_head", 1), ("seq_rm", 1), ("decode", *feed),
-        ("set_head", 2), ("seq_rm", 1), ("decode", *feed),
+        ("set_head", 0),
+        ("decode", *feed),
+        ("set_head", 1),
+        ("seq_rm", 1),
+        ("decode", *feed),
+        ("set_head", 2),
+        ("seq_rm", 1),
+        ("decode", *feed),
         # head i re-decodes [last, d1..di]: last with the pending row h(2), then the rows the
         # heads before it output
-        ("set_head", 0), ("seq_rm", 3), ("decode", [13], 3, [2.0], [1]),
-        ("set_head", 1), ("seq_rm", 3), ("decode", [13, t1], 3, [2.0, own(0, 3)], [0, 1]),
-        ("set_head", 2), ("seq_rm", 3), ("decode", [13, t1, t2], 3, [2.0, own(0, 3), own(1, 4)], [0, 0, 1]),
-        ("set_head", 0), ("seq_rm", 3),
+        ("set_head", 0),
+        ("seq_rm", 3),
+        ("decode", [13], 3, [2.0], [1]),
+        ("set_head", 1),
+        ("seq_rm", 3),
+        ("decode", [13, t1], 3, [2.0, own(0, 3)], [0, 1]),
+        ("set_head", 2),
+        ("seq_rm", 3),
+        ("decode", [13, t1, t2], 3, [2.0, own(0, 3), own(1, 4)], [0, 0, 1]),
+        ("set_head", 0),
+        ("seq_rm", 3),
     ]
     # last_token is not fed: it stays queued for observe() with the pending row
     assert ctx.cells == {1, 2} and d._kv_end == 3
@@ -286,7 +300,7 @@ def test_heads_first_drafts_with_head_0_alone():
     draft = d.propose(13, 3, 5, sampler(), [10, 11, 12, 13])
     assert len(draft.tokens) == 5
     assert all(c[0] != "set_head" or c[1] == 0 for c in ctx.calls)
-    d.configure(SpecConfig(heads="chain", draft_vocab=0))             # back: the head KV starts over
+    d.configure(SpecConfig(heads="chain", draft_vocab=0))  # back: the head KV starts over
     assert d.chained and d.max_draft == 3 and d._kv_end == 0
 
 
@@ -299,7 +313,7 @@ def check_draft_kv(ctx: FakeDraft, text: list[int], n_past: int, chained: bool, 
     target's row of the position before."""
     end = n_past if chained else n_past + 1
     assert ctx.cells == set(range(start, end))
-    for layer in (ctx.layers if chained else ctx.layers[:1]):
+    for layer in ctx.layers if chained else ctx.layers[:1]:
         assert {p: layer[p] for p in range(start, end)} == {p: (text[p], float(p - 1)) for p in range(start, end)}
 
 
@@ -316,20 +330,20 @@ def test_hand_off_keeps_the_draft_kv_in_step_with_the_text(n_heads, n_batch):
     text = [int(t) for t in rng.integers(0, N_VOCAB, size=11)]
     body = text[:-1]
     for p0 in range(0, len(body), 3):
-        d.observe(body[p0:p0 + 3], p0, H(p0, len(body[p0:p0 + 3])))
+        d.observe(body[p0 : p0 + 3], p0, H(p0, len(body[p0 : p0 + 3])))
     n_past, start = len(body), 1
     drafts = Counter()
     for step in range(80):
         if step == 40:
             d.reset()
-            start = None                  # the head starts again at the next token observed
+            start = None  # the head starts again at the next token observed
         k = int(rng.integers(0, 5))
         draft = d.propose(text[-1], n_past, k, s, text) if k else Draft()
         if k and start is not None:
             assert len(draft.tokens) == min(k, d.max_draft)
             check_draft_kv(ctx, text, n_past, n_heads > 1, start)
         elif k:
-            assert draft.tokens == []     # nothing observed since the reset: nothing to draft from
+            assert draft.tokens == []  # nothing observed since the reset: nothing to draft from
         n_acc = int(rng.integers(0, len(draft.tokens) + 1))
         accepted = [text[-1]] + draft.tokens[:n_acc]
         d.observe(accepted, n_past, H(n_past, len(accepted)))
@@ -348,8 +362,10 @@ def test_hand_off_keeps_the_draft_kv_in_step_with_the_text(n_heads, n_batch):
 
 def best_length(rates, c_draft, c_verify, n_min=1):
     """The k of the policy's objective, from known per-position rates and costs."""
+
     def speed(k):
-        return (1 + sum(np.prod(rates[:i + 1]) for i in range(k))) / (k * c_draft + c_verify(k))
+        return (1 + sum(np.prod(rates[: i + 1]) for i in range(k))) / (k * c_draft + c_verify(k))
+
     return max(range(n_min, len(rates) + 1), key=speed)
 
 
@@ -358,18 +374,23 @@ def feed(policy: DraftPolicy, accepted_counts, k, c_draft, c_verify) -> None:
         policy.update(k, n_acc, c_draft * k, c_verify(k))
 
 
-@pytest.mark.parametrize("rates, c_draft, want", [
-    ((0.9, 0.9, 0.1, 0.1), 0.02, 2),      # token 3 is rarely accepted: stop at 2
-    ((0.95, 0.95, 0.95, 0.95), 0.02, 4),  # all accepted, drafts cheap: the longest
-    ((0.95, 0.95, 0.95, 0.95), 1.0, 1),   # a draft token costs as much as a verify: the shortest
-    ((0.3, 0.3, 0.3, 0.3), 0.2, 1),
-])
+@pytest.mark.parametrize(
+    "rates, c_draft, want",
+    [
+        ((0.9, 0.9, 0.1, 0.1), 0.02, 2),  # token 3 is rarely accepted: stop at 2
+        ((0.95, 0.95, 0.95, 0.95), 0.02, 4),  # all accepted, drafts cheap: the longest
+        ((0.95, 0.95, 0.95, 0.95), 1.0, 1),  # a draft token costs as much as a verify: the shortest
+        ((0.3, 0.3, 0.3, 0.3), 0.2, 1),
+    ],
+)
 def test_adaptive_length_maximizes_expected_speed(rates, c_draft, want):
     """Steps that drafted 4 with accept counts in the proportions of the given per-position rates
     (a window long enough that the estimates are plain averages): the policy picks the k that
     maximizes (1 + sum_i prod_{j<=i} a_j) / (k c_draft + c_verify(k))."""
+
     def c_verify(k):
         return 1.0 + 0.1 * k
+
     assert best_length(rates, c_draft, c_verify) == want
     # accept counts 0..4 in the proportions the rates give
     reach = np.concatenate([[1.0], np.cumprod(rates)])
@@ -390,7 +411,7 @@ def test_policy_adapts_to_acceptance_and_costs():
     for _ in range(20):
         p.update(4, 4, 0.02 * 4, 1.0 + 0.1 * 4)
     assert p.next_length() == 4
-    for _ in range(20):                  # nothing accepted any more: draft the minimum
+    for _ in range(20):  # nothing accepted any more: draft the minimum
         k = p.next_length()
         p.update(k, 0, 0.02 * k, 1.0 + 0.1 * k)
     assert p.next_length() == 1
@@ -413,7 +434,7 @@ def test_adaptive_length_fits_the_verify_cost():
     cfg = SpecConfig(n_draft=4, adaptive=True, adaptive_window=1024)
     p = DraftPolicy(cfg, 4)
     for k in (1, 2, 3, 4) * 25:
-        p.update(k, min(k, 2), 0.0001 * k, 1.0 + 1.5 * k)   # tokens 1, 2 always accepted, 3 never
+        p.update(k, min(k, 2), 0.0001 * k, 1.0 + 1.5 * k)  # tokens 1, 2 always accepted, 3 never
     # gain(1) / cost(1) = 2 / 2.5 beats gain(2) / cost(2) = 3 / 4
     assert p.next_length() == 1
     q = DraftPolicy(cfg, 4)
@@ -436,27 +457,27 @@ def test_adaptive_length_respects_n_min_and_the_cap():
 def test_cooldown_after_a_full_rejection():
     p = DraftPolicy(SpecConfig(n_draft=4, adaptive=False, cooldown=4, cooldown_steps=2), 4)
     assert p.next_length() == 4
-    p.update(4, 1, 0.1, 1.0)             # something accepted: no cooldown
+    p.update(4, 1, 0.1, 1.0)  # something accepted: no cooldown
     assert p.next_length() == 4
-    p.update(4, 0, 0.1, 1.0)             # nothing accepted: cooldown for 2 steps
+    p.update(4, 0, 0.1, 1.0)  # nothing accepted: cooldown for 2 steps
     assert p.next_length() == 0 and p.next_length() == 0
     assert p.next_length() == 4
     assert p.cooldown_steps_taken == 2
-    p.update(0, 0)                       # a plain step is not a rejection
+    p.update(0, 0)  # a plain step is not a rejection
     assert p.next_length() == 4
     partial = DraftPolicy(SpecConfig(n_draft=4, adaptive=False, cooldown=1, cooldown_steps=3), 4)
     partial.update(4, 0, 0.1, 1.0)
     assert [partial.next_length() for _ in range(4)] == [3, 3, 3, 4]
-    off = DraftPolicy(SpecConfig(n_draft=4, adaptive=False), 4)   # cooldown 0: none
+    off = DraftPolicy(SpecConfig(n_draft=4, adaptive=False), 4)  # cooldown 0: none
     off.update(4, 0, 0.1, 1.0)
     assert off.next_length() == 4 and off.cooldown_steps_taken == 0
 
 
 def test_fixed_length_is_capped_by_the_heads():
     fixed = DraftPolicy(SpecConfig(n_draft=3, adaptive=False), 2)
-    assert fixed.next_length() == 2      # capped by the model (chained heads)
+    assert fixed.next_length() == 2  # capped by the model (chained heads)
     for _ in range(10):
-        fixed.update(2, 0, 0.1, 1.0)     # a fixed length ignores acceptance
+        fixed.update(2, 0, 0.1, 1.0)  # a fixed length ignores acceptance
     assert fixed.next_length() == 2
 
 

@@ -8,9 +8,8 @@ import pytest
 
 import pymtp
 from pymtp.bench.base import BenchError
+from pymtp.bench.echo import SMALL_SHAPE, EchoMaps, EchoShape, echo_path, main, make_echo, parse_name, shape_for_params
 from pymtp.bench.models import resolve_model
-from pymtp.bench.echo import (SMALL_SHAPE, EchoMaps, EchoShape, echo_path, main, make_echo, parse_name,
-                                shape_for_params)
 from pymtp_testing.fixtures import fixture_path
 
 PROMPTS = ("def f(x):", "the quick brown fox", "import os\nimport sys\n")
@@ -49,21 +48,26 @@ def test_metadata_tensors_and_cycle(echo):
     # pi is one cycle through every hot token but the two control tokens; padding has none
     hot = np.arange(s.n_hot)
     on = maps.next >= 0
-    assert not on[s.n_hot:].any() and on[:s.n_hot].all()
-    assert maps.next[maps.next[hot]].min() >= 0                     # the text never leaves the hot set
+    assert not on[s.n_hot :].any() and on[: s.n_hot].all()
+    assert maps.next[maps.next[hot]].min() >= 0  # the text never leaves the hot set
     seen, x = set(), int(maps.next[0])
     for _ in range(s.n_hot - 2):
         seen.add(x)
         x = int(maps.next[x])
-    assert len(seen) == s.n_hot - 2 and x == int(maps.next[0])     # back where it started
+    assert len(seen) == s.n_hot - 2 and x == int(maps.next[0])  # back where it started
     n = len(seen)
-    assert abs(maps.cycle_agreement * (n + 2) - round(0.7 * n) - 2) < 1e-6   # an exact share (+ the controls)
+    assert abs(maps.cycle_agreement * (n + 2) - round(0.7 * n) - 2) < 1e-6  # an exact share (+ the controls)
     assert echo[1.0][2].cycle_agreement == 1.0
     t = {x.name: np.asarray(x.data) for x in r.tensors}
     last = s.n_layer
-    for name in ("blk.0.attn_output.weight", "blk.0.ffn_down.weight", f"blk.{last}.ffn_down_exps.weight",
-                 f"blk.{last}.ffn_down_shexp.weight", f"blk.{last}.attn_output.weight"):
-        assert not t[name].any(), name                              # every block adds exactly zero
+    for name in (
+        "blk.0.attn_output.weight",
+        "blk.0.ffn_down.weight",
+        f"blk.{last}.ffn_down_exps.weight",
+        f"blk.{last}.ffn_down_shexp.weight",
+        f"blk.{last}.attn_output.weight",
+    ):
+        assert not t[name].any(), name  # every block adds exactly zero
     for name in ("blk.0.attn_q.weight", "blk.1.ffn_up.weight", f"blk.{last}.ffn_gate_exps.weight"):
         assert np.count_nonzero(t[name]) > 0.99 * t[name].size, name  # ... at the cost of real weights
     assert sum(x.n_elements for x in r.tensors) == s.n_params
@@ -86,8 +90,11 @@ def test_speculative_equals_plain_and_the_prediction(echo, k):
             sim = maps.simulate(r.prompt_tokens[-1], k, N_TOK)
             assert r.tokens == sim["tokens"] == maps.greedy(r.prompt_tokens[-1], N_TOK), (a, text)
             st = r.stats
-            assert (st.n_steps, st.drafted_at, st.accepted_at) == \
-                (sim["n_steps"], sim["drafted_at"], sim["accepted_at"]), (a, text)
+            assert (st.n_steps, st.drafted_at, st.accepted_at) == (
+                sim["n_steps"],
+                sim["drafted_at"],
+                sim["accepted_at"],
+            ), (a, text)
 
 
 def _pooled(sess, k: int, **kw) -> tuple[np.ndarray, np.ndarray]:
@@ -163,7 +170,7 @@ def test_shape_for_params():
     s = shape_for_params(1.5e9)
     assert abs(s.n_params / 1.5e9 - 1) <= 0.05
     assert (s.n_embd, s.n_vocab, s.n_hot) == (2048, 32768, 2047)
-    assert s.n_embd % 256 == s.n_ff % 256 == s.n_ff_exp % 256 == 0      # K-quant rows
+    assert s.n_embd % 256 == s.n_ff % 256 == s.n_ff_exp % 256 == 0  # K-quant rows
     assert s.n_head * s.head_dim == s.n_embd and s.n_layer >= 20
     for p in (2e7, 1e8, 5e8, 3e9, 7e9, 3e10):
         assert abs(shape_for_params(p).n_params / p - 1) <= 0.05, p
@@ -198,7 +205,7 @@ def test_names_and_the_bench(tmp_path, monkeypatch):
     path = resolve_model("echo-70-20m")
     assert path.parent == tmp_path / "echo" and path.name.startswith("echo-a70-20m-f16-")
     mtime = path.stat().st_mtime_ns
-    assert resolve_model("echo-70-20m") == path and path.stat().st_mtime_ns == mtime   # cached
+    assert resolve_model("echo-70-20m") == path and path.stat().st_mtime_ns == mtime  # cached
     assert EchoMaps.read(path).agree == pytest.approx(0.7)
     assert echo_path(0.7, params=2e7) == path
     for bad in ("echo-101", "echo-70-q9_x", "echo-seventy"):

@@ -20,9 +20,12 @@ from pymtp.mtp_drafter import MTPDrafter
 from pymtp_testing.fixtures import FAMILIES, PLAIN_FAMILIES
 
 #: Prompts that repeat themselves (prompt lookup finds matches) and ones that do not.
-PROMPTS = ["def read(path):\n    return open(path).read()\n\ndef read(path):\n",
-           "class Stack:\n    def push(self, x):\n        self.items.append(x)\n    def pop(self",
-           "x = [1, 2, 3, 1, 2, 3, 1, 2", "import os\n\ndef walk("]
+PROMPTS = [
+    "def read(path):\n    return open(path).read()\n\ndef read(path):\n",
+    "class Stack:\n    def push(self, x):\n        self.items.append(x)\n    def pop(self",
+    "x = [1, 2, 3, 1, 2, 3, 1, 2",
+    "import os\n\ndef walk(",
+]
 
 
 def _alone(model, prompt, spec, n, **kw):
@@ -65,7 +68,7 @@ def test_generate_a_list_drafts_with_the_drafter_asked_for(models, kind):
         assert r.stats.by_source["lookup"][0] > 0
         if SAME_ROW_ATOL == 0:
             assert r.tokens == one.tokens
-            if kind == "lookup":     # the hybrid picks its source from measured seconds: its drafts vary
+            if kind == "lookup":  # the hybrid picks its source from measured seconds: its drafts vary
                 assert r.stats.n_accepted == one.stats.n_accepted
 
 
@@ -82,7 +85,7 @@ def test_every_drafter_gives_the_same_greedy_text_in_a_batch(models, same_greedy
     for p, got in zip(prompts, _batched(m, prompts, spec, 20)):
         alone = _alone(m, p, spec, 20)
         same_greedy(m, p, got.tokens, alone.tokens)
-        if got.tokens == alone.tokens and kind != "hybrid":       # hybrid's choice weighs timings
+        if got.tokens == alone.tokens and kind != "hybrid":  # hybrid's choice weighs timings
             assert got.stats.n_accepted == alone.stats.n_accepted
             assert got.stats.by_source == alone.stats.by_source
     same_greedy.assert_ties_rare()
@@ -160,20 +163,27 @@ def test_the_native_greedy_recursion_refuses_bad_arguments(models):
     m = models("glm4moe")
     with pymtp.TargetContext(m.model, n_ctx=64, n_seq_max=2) as t, pymtp.DraftContext(t, n_seq_max=2) as d:
         rows = np.zeros((2, m.n_embd), dtype=np.float32)
-        d.decode_rows([1, 2], [1, 1], [0, 1], hidden=rows)           # two rows out, one per sequence
+        d.decode_rows([1, 2], [1, 1], [0, 1], hidden=rows)  # two rows out, one per sequence
 
         def call(n_seq=2, n_max=(2, 2), stride=2, out_n=None):
             ids = np.zeros((n_seq, stride), dtype=np.int32)
-            d.draft_greedy(np.arange(n_seq, dtype=np.int32), np.full(n_seq, 2, dtype=np.int32),
-                           np.array(n_max, dtype=np.int32), np.zeros(n_seq, dtype=np.float32), ids,
-                           np.zeros(ids.shape, dtype=np.float32), np.zeros(out_n or n_seq, dtype=np.int32))
+            d.draft_greedy(
+                np.arange(n_seq, dtype=np.int32),
+                np.full(n_seq, 2, dtype=np.int32),
+                np.array(n_max, dtype=np.int32),
+                np.zeros(n_seq, dtype=np.float32),
+                ids,
+                np.zeros(ids.shape, dtype=np.float32),
+                np.zeros(out_n or n_seq, dtype=np.int32),
+            )
+
         with pytest.raises(ValueError, match="one entry per sequence"):
             call(out_n=1)
         with pytest.raises(PymtpError, match="outside"):
             call(n_max=(3, 1))
         with pytest.raises(PymtpError, match="one per sequence"):
             call(n_seq=1, n_max=(1,))
-        call()                                                        # and then it works
+        call()  # and then it works
 
 
 # ---- constraints, logits processors and logprobs in batches ------------------------------------
@@ -204,9 +214,12 @@ def test_constraints_and_logits_processors_in_a_batch_equal_alone(models, family
     prompts = [m.tokenize(p) for p in PROMPTS]
     for sampling in (SamplingConfig(), SamplingConfig(temperature=0.9, seed=3)):
         for rule in ("constraint", "processor"):
-            def extra(rule=rule):
-                return ({"constraint": _parity(m.n_vocab)} if rule == "constraint"
-                        else {"logits_processor": _ban_low_ids})
+
+            def extra(rule: str = rule) -> dict:
+                return (
+                    {"constraint": _parity(m.n_vocab)} if rule == "constraint" else {"logits_processor": _ban_low_ids}
+                )
+
             limits = GenerationConfig(max_tokens=14, ignore_eos=True)
             with Batch(m, n_seq=4, n_ctx=192, spec=spec) as b:
                 items = [b.add(p, sampling=sampling, limits=limits, **extra()) for p in prompts]
@@ -218,7 +231,7 @@ def test_constraints_and_logits_processors_in_a_batch_equal_alone(models, family
                     sp.start(p, sampling, **kw)
                     while len(sp.tokens) < len(p) + 14:
                         sp.step(max_new=len(p) + 14 - len(sp.tokens))
-                    alone = sp.tokens[len(p):len(p) + 14]
+                    alone = sp.tokens[len(p) : len(p) + 14]
                 assert it.result.tokens == alone, (family, kind, rule, sampling.temperature)
                 if rule == "constraint":
                     assert all(t % 2 == i % 2 for i, t in enumerate(alone))
@@ -233,13 +246,15 @@ def test_logprobs_in_a_batch_equal_alone(models):
     for sampling in (SamplingConfig(), SamplingConfig(temperature=0.8, seed=5)):
         got = _batched(m, prompts, spec, 12, sampling=sampling, logprobs=True, top_logprobs=3)
         for p, r in zip(prompts, got):
-            alone = _alone(m, p, spec, 12, temperature=sampling.temperature, seed=sampling.seed, logprobs=True,
-                           top_logprobs=3)
+            alone = _alone(
+                m, p, spec, 12, temperature=sampling.temperature, seed=sampling.seed, logprobs=True, top_logprobs=3
+            )
             if SAME_ROW_ATOL == 0:
                 assert r.tokens == alone.tokens
                 np.testing.assert_allclose(r.logprobs, alone.logprobs, rtol=0, atol=1e-6)
-                assert [[t for t, _ in top] for top in r.top_logprobs] == \
-                    [[t for t, _ in top] for top in alone.top_logprobs]
+                assert [[t for t, _ in top] for top in r.top_logprobs] == [
+                    [t for t, _ in top] for top in alone.top_logprobs
+                ]
             assert len(r.logprobs) == len(r.top_logprobs) == 12
 
 
@@ -259,7 +274,7 @@ def test_text_output_takes_a_small_vocabulary():
             return token == 25
 
     out = TextOutput(Letters(), GenerationConfig(max_tokens=10, stop=("cd",)))
-    assert out.take(StepResult([0, 1], 2, [0, 1, 2], 0.0, 0.0, 0.0), room=100) == "ab"    # "c" may start "cd"
+    assert out.take(StepResult([0, 1], 2, [0, 1, 2], 0.0, 0.0, 0.0), room=100) == "ab"  # "c" may start "cd"
     assert out.take(StepResult([], 0, [3], 0.0, 0.0, 0.0), room=100) == ""
     assert out.finish == "stop" and out.text == "ab"
     done = TextOutput(Letters(), GenerationConfig(max_tokens=10))
@@ -298,8 +313,11 @@ def _batch_samples(session, prompt, sampling, spec, depth, n, seed, n_seq=4, wro
         while pending or b.active:
             while pending and b.free:
                 i = pending.pop(0)
-                it = b.add(prompt, sampling=sampling.model_copy(update={"seed": seed * 100_000 + i}),
-                           limits=GenerationConfig(max_tokens=depth, ignore_eos=True))
+                it = b.add(
+                    prompt,
+                    sampling=sampling.model_copy(update={"seed": seed * 100_000 + i}),
+                    limits=GenerationConfig(max_tokens=depth, ignore_eos=True),
+                )
                 if wrong_rule is not None:
                     it.speculator.sampler.verify = as_verify(wrong_rule, it.speculator.sampler)
                 items.append(it)
@@ -311,8 +329,10 @@ def _batch_samples(session, prompt, sampling, spec, depth, n, seed, n_seq=4, wro
     return out, drafted, rejected
 
 
-@pytest.mark.parametrize("name,kind", [("glm4moe", "mtp"), ("qwen35", "mtp"), ("step35", "mtp"),
-                                       ("repetition_penalty", "mtp"), ("glm4moe", "lookup")])
+@pytest.mark.parametrize(
+    "name,kind",
+    [("glm4moe", "mtp"), ("qwen35", "mtp"), ("step35", "mtp"), ("repetition_penalty", "mtp"), ("glm4moe", "lookup")],
+)
 def test_speculative_sampling_in_a_batch_matches_plain_sampling(gguf, name, kind):
     """The exactness test (tests/test_distribution.py) with every sample a text of a batch of 4:
     the continuations follow the exact distribution; the control (a rejection drawing from p,
@@ -342,9 +362,10 @@ def test_speculative_sampling_in_a_batch_matches_plain_sampling(gguf, name, kind
         exact = exact_continuations(s.model, prompt, case.sampling, case.depth)
         spec = SpecConfig(drafter=kind, n_draft=case.n_draft, adaptive=False, ngram=2)
         samples, drafted, rejected = _batch_samples(s, prompt, case.sampling, spec, case.depth, N_SAMPLES, seed=21)
-        assert drafted > N_SAMPLES and rejected > 50, (drafted, rejected)     # drafts were checked, and cut
+        assert drafted > N_SAMPLES and rejected > 50, (drafted, rejected)  # drafts were checked, and cut
         assert min(p_values(samples, exact, case.depth)) > P_EXACT
         if name == "glm4moe" and kind == "mtp":
-            wrong, _, _ = _batch_samples(s, prompt, case.sampling, spec, case.depth, N_SAMPLES, seed=22,
-                                         wrong_rule=_residual_ignored)
+            wrong, _, _ = _batch_samples(
+                s, prompt, case.sampling, spec, case.depth, N_SAMPLES, seed=22, wrong_rule=_residual_ignored
+            )
             assert min(p_values(wrong, exact, case.depth)) < P_EXACT, "a wrong rule went unnoticed in a batch"

@@ -23,7 +23,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def run_example(name: str, *args: str, monkeypatch) -> dict:
     """Run examples/<name> as `python examples/<name> args...` would; its globals afterwards."""
     monkeypatch.setattr(sys, "argv", [str(EXAMPLES / name), *args])
-    monkeypatch.delenv("PYMTP_MODEL", raising=False)       # the default model, as a user gets it
+    monkeypatch.delenv("PYMTP_MODEL", raising=False)  # the default model, as a user gets it
     return runpy.run_path(str(EXAMPLES / name), run_name="__main__")
 
 
@@ -61,7 +61,7 @@ def test_agent_tools(monkeypatch, capsys):
     calls = [c for m in messages if m["role"] == "assistant" for c in m.get("tool_calls", [])]
     assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather"
     args = json.loads(calls[0]["function"]["arguments"])
-    jsonschema.validate(args, g["TOOLS"][0]["function"]["parameters"])   # the forced call is a valid one
+    jsonschema.validate(args, g["TOOLS"][0]["function"]["parameters"])  # the forced call is a valid one
     assert args["city"] == "Paris"
     tool_messages = [m for m in messages if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_messages] == [calls[0]["id"]]

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import pymtp
-
 from pymtp_testing.fixtures import (  # noqa: E402
     FAMILIES,
     FIXTURE_VERSION,
@@ -27,11 +26,7 @@ EXPECTED = {
     "mimo2": ("mimo2", 3),
 }
 
-TEXT = (
-    "def f(x):\n    return x + 1\n\n"
-    "The quick brown fox jumps over the lazy dog. " * 3
-    + "héllo wörld ✓ 你好 🙂\ttab"
-)
+TEXT = "def f(x):\n    return x + 1\n\nThe quick brown fox jumps over the lazy dog. " * 3 + "héllo wörld ✓ 你好 🙂\ttab"
 
 
 @pytest.fixture(scope="session")

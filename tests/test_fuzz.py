@@ -28,7 +28,6 @@ import sys
 from dataclasses import dataclass
 
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -36,7 +35,7 @@ from pydantic import ValidationError
 import pymtp  # noqa: E402
 from pymtp.errors import PymtpError  # noqa: E402
 
-ALLOWED = (PymtpError, ValueError, TypeError, OSError)   # ValidationError is a ValueError
+ALLOWED = (PymtpError, ValueError, TypeError, OSError)  # ValidationError is a ValueError
 
 # ---- GGUF layout: where the header, metadata and tensor-info fields lie -----------------------
 
@@ -45,12 +44,23 @@ ALLOWED = (PymtpError, ValueError, TypeError, OSError)   # ValidationError is a 
 class Region:
     offset: int
     size: int
-    kind: str      # "u32" "u64" "i32" "f32" "bool" "type" "len" "str" "dims" ...
+    kind: str  # "u32" "u64" "i32" "f32" "bool" "type" "len" "str" "dims" ...
     label: str
 
 
-_SCALAR_KIND = {0: "u8", 1: "i8", 2: "u16", 3: "i16", 4: "u32", 5: "i32", 6: "f32", 7: "bool",
-                10: "u64", 11: "i64", 12: "f64"}
+_SCALAR_KIND = {
+    0: "u8",
+    1: "i8",
+    2: "u16",
+    3: "i16",
+    4: "u32",
+    5: "i32",
+    6: "f32",
+    7: "bool",
+    10: "u64",
+    11: "i64",
+    12: "f64",
+}
 
 
 def gguf_layout(path: str | os.PathLike) -> tuple[list[Region], int]:
@@ -78,12 +88,12 @@ def gguf_layout(path: str | os.PathLike) -> tuple[list[Region], int]:
         head = [f"{key}:key_len", f"{key}:key", f"{key}:type"]
         head_kinds = ["len", "str", "type"]
         vtype = int(f.types[0])
-        if vtype == 9:   # array: [key_len, key, type, elem type, count, elements...]
+        if vtype == 9:  # array: [key_len, key, type, elem type, count, elements...]
             elem = int(f.types[1]) if len(f.types) > 1 else 0
             labels = head + [f"{key}:elem_type", f"{key}:count"]
             kinds = head_kinds + ["type", "u64"]
             rest = parts[5:]
-            if elem == 8:       # strings: (len, bytes) pairs
+            if elem == 8:  # strings: (len, bytes) pairs
                 n = len(rest) // 2
                 for i in range(n):
                     keep = i < 2 or i >= n - 2
@@ -100,20 +110,64 @@ def gguf_layout(path: str | os.PathLike) -> tuple[list[Region], int]:
         else:
             add_parts(f.offset, parts, head + [f"{key}:value"], head_kinds + [_SCALAR_KIND.get(vtype, "raw")])
     for t in r.tensors:
-        parts = list(t.field.parts)   # [name_len, name, n_dims, dims, type, offset]
-        add_parts(t.field.offset, parts,
-                  [f"{t.name}:name_len", f"{t.name}:name", f"{t.name}:n_dims", f"{t.name}:dims",
-                   f"{t.name}:type", f"{t.name}:offset"],
-                  ["len", "str", "u32", "dims", "u32", "u64"])
+        parts = list(t.field.parts)  # [name_len, name, n_dims, dims, type, offset]
+        add_parts(
+            t.field.offset,
+            parts,
+            [
+                f"{t.name}:name_len",
+                f"{t.name}:name",
+                f"{t.name}:n_dims",
+                f"{t.name}:dims",
+                f"{t.name}:type",
+                f"{t.name}:offset",
+            ],
+            ["len", "str", "u32", "dims", "u32", "u64"],
+        )
     return regions, int(r.data_offset)
 
 
 # ---- mutations ------------------------------------------------------------------------------
 # A mutation is a JSON-able list: ["set", offset, hex bytes] or ["trunc", n_bytes].
 
-INTERESTING_INTS = (0, 1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 63, 64, 127, 128, 255, 256, 303, 304, 305,
-                    1023, 1024, 4096, 65535, 65536, 2**24, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40,
-                    2**62, 2**63 - 1, 2**63, 2**64 - 1)
+INTERESTING_INTS = (
+    0,
+    1,
+    2,
+    3,
+    4,
+    7,
+    8,
+    15,
+    16,
+    17,
+    31,
+    32,
+    63,
+    64,
+    127,
+    128,
+    255,
+    256,
+    303,
+    304,
+    305,
+    1023,
+    1024,
+    4096,
+    65535,
+    65536,
+    2**24,
+    2**31 - 1,
+    2**31,
+    2**32 - 1,
+    2**32,
+    2**40,
+    2**62,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+)
 INTERESTING_FLOATS = (0.0, -0.0, 1.0, -1.0, 1e-45, 1e-30, 1e30, 3.4e38, math.inf, -math.inf, math.nan)
 
 
@@ -136,11 +190,11 @@ def random_mutations(rng: random.Random, regions: list[Region], data_offset: int
         if r < 0.12:
             muts.append(["trunc", rng.choice((rng.randrange(0, data_offset + 1), rng.randrange(0, file_size)))])
             continue
-        if r < 0.22:       # a raw byte anywhere before the tensor data
+        if r < 0.22:  # a raw byte anywhere before the tensor data
             off = rng.randrange(0, data_offset)
             muts.append(["set", off, bytes([rng.randrange(256)]).hex()])
             continue
-        if r < 0.25:       # NaN / Inf / huge values in the weights
+        if r < 0.25:  # NaN / Inf / huge values in the weights
             off = data_offset + 4 * rng.randrange(0, (file_size - data_offset) // 4)
             muts.append(["set", off, struct.pack("<f", rng.choice((math.nan, math.inf, -math.inf, 1e38))).hex()])
             continue
@@ -158,7 +212,7 @@ def random_mutations(rng: random.Random, regions: list[Region], data_offset: int
         if mode < 0.15:
             bit = rng.randrange(8 * size)
             value = None
-            payload = bytearray(size)   # flip applied in apply_mutations via "xor"
+            payload = bytearray(size)  # flip applied in apply_mutations via "xor"
             payload[bit // 8] = 1 << (bit % 8)
             muts.append(["xor", off, bytes(payload).hex()])
             continue
@@ -179,15 +233,15 @@ def apply_mutations(data: bytes, muts: list) -> bytes:
     buf = bytearray(data)
     for m in muts:
         if m[0] == "trunc":
-            del buf[m[1]:]
+            del buf[m[1] :]
         else:
             off, payload = m[1], bytes.fromhex(m[2])
             if off >= len(buf):
                 continue
             payload = payload[: len(buf) - off]
             if m[0] == "xor":
-                payload = bytes(a ^ b for a, b in zip(buf[off:off + len(payload)], payload))
-            buf[off:off + len(payload)] = payload
+                payload = bytes(a ^ b for a, b in zip(buf[off : off + len(payload)], payload))
+            buf[off : off + len(payload)] = payload
     return bytes(buf)
 
 
@@ -252,9 +306,12 @@ class LoadWorker:
         self._stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, "-u", __file__, "--worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
             env={**os.environ, "PYTHONFAULTHANDLER": "1", "GGML_NO_BACKTRACE": "1"},
-            start_new_session=True,      # a hung worker is killed with whatever it forked
+            start_new_session=True,  # a hung worker is killed with whatever it forked
         )
 
     def run(self, path: str, **req) -> dict:
@@ -266,6 +323,7 @@ class LoadWorker:
         p.stdin.write(json.dumps({"path": path, **req}) + "\n")
         p.stdin.flush()
         import selectors
+
         sel = selectors.DefaultSelector()
         sel.register(p.stdout, selectors.EVENT_READ)
         ready = sel.select(self.timeout)
@@ -276,6 +334,7 @@ class LoadWorker:
         hung = p.poll() is None
         if hung:
             import signal
+
             try:
                 os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -306,8 +365,10 @@ def check_answer(answer: dict, muts: list) -> None:
         what = "hung" if answer["hung"] else f"died (returncode {answer['returncode']})"
         pytest.fail(f"loading a corrupted GGUF {what}; mutations {muts}\n{answer['stderr']}")
     if not answer.get("ok") and not answer.get("allowed"):
-        pytest.fail(f"a corrupted GGUF raised {answer['exc']}: {answer['msg']} (not a pymtp/OS/Value/Type error); "
-                    f"mutations {muts}")
+        pytest.fail(
+            f"a corrupted GGUF raised {answer['exc']}: {answer['msg']} (not a pymtp/OS/Value/Type error); "
+            f"mutations {muts}"
+        )
 
 
 # ---- fixtures ------------------------------------------------------------------------------------
@@ -372,8 +433,13 @@ def test_corrupted_gguf_never_crashes(family, layouts, worker, tmp_path_factory)
     d = tmp_path_factory.mktemp(f"fuzz-{family}")
     counter = iter(range(10**9))
 
-    @settings(max_examples=int(os.environ.get("PYMTP_FUZZ_EXAMPLES", "150")), deadline=None, derandomize=True,
-              database=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=int(os.environ.get("PYMTP_FUZZ_EXAMPLES", "150")),
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(muts=mutation_lists(layout))
     def run(muts):
         path = d / f"case{next(counter)}.gguf"
@@ -423,64 +489,71 @@ def test_known_crashers_are_refused(worker, gguf, tmp_path):
 # or with a partial MTP block (now loads without MTP), GQA head counts, MLA head sizes,
 # experts without a router (SIGSEGV), an all-false sliding-window pattern, K / V head sizes.
 KNOWN_CRASHERS: list[tuple[str, list]] = [
-    ('qwen3next', [["set", 760, "e0ffffffffffffff"]]),
-    ('qwen35', [["set", 1008, "00010000"]]),
-    ('qwen3next', [["set", 772, "02"]]),
-    ('qwen35moe', [["set", 372, "5d"]]),
-    ('deepseek2', [["xor", 323, "00000010"]]),
-    ('deepseek2', [["set", 997, "fc"]]),
-    ('qwen35', [["xor", 308, "00000040"]]),
-    ('step35', [["set", 543, "0346faab"]]),
-    ('qwen35moe', [["set", 721, "47ae9c45"]]),
-    ('step35', [["set", 1778, "7c"]]),
-    ('mimo2', [["xor", 1067, "0020"]]),
-    ('glm4moe', [["set", 1619, "7e"]]),
-    ('deepseek2', [["set", 1202, "ffffffff"]]),
-    ('qwen3next', [["set", 10010, "02000000"]]),
-    ('qwen35moe', [["set", 1282, "ff000000"]]),
-    ('qwen35moe', [["set", 279932, "9976967e"], ["set", 664, "c1"]]),
-    ('qwen35', [["set", 625, "0602be92"]]),
-    ('glm4moe', [["set", 637, "000080ff"]]),
-    ('qwen35moe', [["set", 1282, "01000000"]]),
-    ('qwen3next', [["set", 1187, "00000000"]]),
-    ('qwen3next', [["set", 1187, "30010000"]]),
-    ('qwen35', [["set", 942, "000000ff"]]),
-    ('glm4moe', [["set", 1064, "7919f97b"]]),
-    ('deepseek2', [["set", 619, "000000000100000000000000000000000000000000000000000000000000"]]),
-    ('qwen35moe', [["set", 1282, "00000000"]]),
-    ('deepseek2', [["set", 910, "f91227a6"]]),
-    ('deepseek2', [["set", 936, "01"]]),
-    ('qwen3next', [["set", 1282, "01000000"]]),
-    ('mimo2', [["set", 8, "0300000000000000"]]),
-    ('mimo2', [["xor", 6542, "01000000"]]),
-    ('deepseek2', [["set", 947, "09"]]),
-    ('mimo2', [["set", 613, "0000c07f"]]),
-    ('qwen3next', [["set", 2377, "af"], ["xor", 9379, "08"], ["set", 1236, "00000000"]]),
-    ('deepseek2', [["set", 8, "2000000000000000"]]),
-    ('deepseek2', [["set", 587, "0000000000010000"]]),
-    ('deepseek2', [["set", 607, "00040000"]]),
-    ('deepseek2', [["set", 751, "04000000"]]),
-    ('deepseek2', [["set", 581, "ffffffff"]]),
-    ('qwen35', [["xor", 482, "00000040"]]),
-    ('deepseek2', [["set", 653, "ffff0000"]]),
-    ('step35', [["xor", 7849, "01"]]),
-    ('deepseek2', [["set", 653, "df"]]),
-    ('deepseek2', [["set", 653, "31010000"]]),
-    ('step35', [["set", 1184, "00"]]),
-    ('glm4moe', [["xor", 491, "00000010"]]),
-    ('deepseek2', [["set", 247292, "000080ff"], ["xor", 653, "10000000"]]),
-    ('glm4moe', [["xor", 581, "00000080"]])
+    ("qwen3next", [["set", 760, "e0ffffffffffffff"]]),
+    ("qwen35", [["set", 1008, "00010000"]]),
+    ("qwen3next", [["set", 772, "02"]]),
+    ("qwen35moe", [["set", 372, "5d"]]),
+    ("deepseek2", [["xor", 323, "00000010"]]),
+    ("deepseek2", [["set", 997, "fc"]]),
+    ("qwen35", [["xor", 308, "00000040"]]),
+    ("step35", [["set", 543, "0346faab"]]),
+    ("qwen35moe", [["set", 721, "47ae9c45"]]),
+    ("step35", [["set", 1778, "7c"]]),
+    ("mimo2", [["xor", 1067, "0020"]]),
+    ("glm4moe", [["set", 1619, "7e"]]),
+    ("deepseek2", [["set", 1202, "ffffffff"]]),
+    ("qwen3next", [["set", 10010, "02000000"]]),
+    ("qwen35moe", [["set", 1282, "ff000000"]]),
+    ("qwen35moe", [["set", 279932, "9976967e"], ["set", 664, "c1"]]),
+    ("qwen35", [["set", 625, "0602be92"]]),
+    ("glm4moe", [["set", 637, "000080ff"]]),
+    ("qwen35moe", [["set", 1282, "01000000"]]),
+    ("qwen3next", [["set", 1187, "00000000"]]),
+    ("qwen3next", [["set", 1187, "30010000"]]),
+    ("qwen35", [["set", 942, "000000ff"]]),
+    ("glm4moe", [["set", 1064, "7919f97b"]]),
+    ("deepseek2", [["set", 619, "000000000100000000000000000000000000000000000000000000000000"]]),
+    ("qwen35moe", [["set", 1282, "00000000"]]),
+    ("deepseek2", [["set", 910, "f91227a6"]]),
+    ("deepseek2", [["set", 936, "01"]]),
+    ("qwen3next", [["set", 1282, "01000000"]]),
+    ("mimo2", [["set", 8, "0300000000000000"]]),
+    ("mimo2", [["xor", 6542, "01000000"]]),
+    ("deepseek2", [["set", 947, "09"]]),
+    ("mimo2", [["set", 613, "0000c07f"]]),
+    ("qwen3next", [["set", 2377, "af"], ["xor", 9379, "08"], ["set", 1236, "00000000"]]),
+    ("deepseek2", [["set", 8, "2000000000000000"]]),
+    ("deepseek2", [["set", 587, "0000000000010000"]]),
+    ("deepseek2", [["set", 607, "00040000"]]),
+    ("deepseek2", [["set", 751, "04000000"]]),
+    ("deepseek2", [["set", 581, "ffffffff"]]),
+    ("qwen35", [["xor", 482, "00000040"]]),
+    ("deepseek2", [["set", 653, "ffff0000"]]),
+    ("step35", [["xor", 7849, "01"]]),
+    ("deepseek2", [["set", 653, "df"]]),
+    ("deepseek2", [["set", 653, "31010000"]]),
+    ("step35", [["set", 1184, "00"]]),
+    ("glm4moe", [["xor", 491, "00000010"]]),
+    ("deepseek2", [["set", 247292, "000080ff"], ["xor", 653, "10000000"]]),
+    ("glm4moe", [["xor", 581, "00000080"]]),
 ]
 
 
 # ---- the public API's parameters -------------------------------------------------------------------
 
 _any_number = st.one_of(
-    st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from((0, 1, -1, 0.5, 2**31, 2**63)),
 )
-_junk = st.one_of(st.none(), st.text(max_size=3), st.lists(st.integers(-1, 3), max_size=2),
-                  st.booleans(), st.just(object()), st.binary(max_size=3))
+_junk = st.one_of(
+    st.none(),
+    st.text(max_size=3),
+    st.lists(st.integers(-1, 3), max_size=2),
+    st.booleans(),
+    st.just(object()),
+    st.binary(max_size=3),
+)
 
 
 def _param(valid, *, numbers: bool = True):
@@ -489,31 +562,43 @@ def _param(valid, *, numbers: bool = True):
 
 _prompt = st.one_of(
     st.text(max_size=24),
-    st.lists(st.integers(-5, 400), max_size=12),                       # some ids past n_vocab (304)
-    st.lists(st.one_of(st.integers(-2**40, 2**40), st.floats(), st.text(max_size=2)), max_size=4),
-    st.sampled_from(("", "Hello", "x" * 600, b"bytes")), st.none(), st.integers(),
+    st.lists(st.integers(-5, 400), max_size=12),  # some ids past n_vocab (304)
+    st.lists(st.one_of(st.integers(-(2**40), 2**40), st.floats(), st.text(max_size=2)), max_size=4),
+    st.sampled_from(("", "Hello", "x" * 600, b"bytes")),
+    st.none(),
+    st.integers(),
 )
 _spec = st.one_of(
-    st.booleans(), st.none(),
-    st.fixed_dictionaries({}, optional={
-        "n_draft": _param(st.integers(0, 20)), "p_min": _param(st.floats(-1, 2)),
-        "adaptive": _param(st.booleans()), "cooldown": _param(st.integers(-1, 20)),
-        "n_min": _param(st.integers(0, 20)), "bogus": st.integers(),
-    }),
+    st.booleans(),
+    st.none(),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "n_draft": _param(st.integers(0, 20)),
+            "p_min": _param(st.floats(-1, 2)),
+            "adaptive": _param(st.booleans()),
+            "cooldown": _param(st.integers(-1, 20)),
+            "n_min": _param(st.integers(0, 20)),
+            "bogus": st.integers(),
+        },
+    ),
     _junk,
 )
-_kwargs = st.fixed_dictionaries({}, optional={
-    "max_tokens": _param(st.integers(-2, 12)),
-    "temperature": _param(st.floats(-1, 3)),
-    "top_k": _param(st.integers(-2, 400)),
-    "top_p": _param(st.floats(-0.5, 1.5)),
-    "min_p": _param(st.floats(-0.5, 1.5)),
-    "repetition_penalty": _param(st.floats(-1, 12)),
-    "seed": _param(st.integers(-2, 2**64)),
-    "stop": _param(st.one_of(st.text(max_size=3), st.lists(st.text(max_size=3), max_size=3)), numbers=False),
-    "ignore_eos": _param(st.booleans()),
-    "speculative": _spec,
-})
+_kwargs = st.fixed_dictionaries(
+    {},
+    optional={
+        "max_tokens": _param(st.integers(-2, 12)),
+        "temperature": _param(st.floats(-1, 3)),
+        "top_k": _param(st.integers(-2, 400)),
+        "top_p": _param(st.floats(-0.5, 1.5)),
+        "min_p": _param(st.floats(-0.5, 1.5)),
+        "repetition_penalty": _param(st.floats(-1, 12)),
+        "seed": _param(st.integers(-2, 2**64)),
+        "stop": _param(st.one_of(st.text(max_size=3), st.lists(st.text(max_size=3), max_size=3)), numbers=False),
+        "ignore_eos": _param(st.booleans()),
+        "speculative": _spec,
+    },
+)
 
 
 @pytest.fixture(scope="module")
@@ -523,8 +608,13 @@ def fuzz_model(gguf):
     m.close()
 
 
-@settings(max_examples=int(os.environ.get("PYMTP_FUZZ_API_EXAMPLES", "200")), deadline=None, derandomize=True,
-          database=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=int(os.environ.get("PYMTP_FUZZ_API_EXAMPLES", "200")),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(prompt=_prompt, kwargs=_kwargs, use_stream=st.booleans())
 def test_generate_parameters_raise_only_python_errors(fuzz_model, prompt, kwargs, use_stream):
     m = fuzz_model
@@ -538,11 +628,11 @@ def test_generate_parameters_raise_only_python_errors(fuzz_model, prompt, kwargs
         else:
             r = pymtp.generate(prompt, m, **kwargs)
     except ValidationError as e:
-        assert e.errors(), e          # names the field(s) at fault
+        assert e.errors(), e  # names the field(s) at fault
         return
     except ALLOWED:
         return
-    for one in (r if isinstance(r, list) else [r]):       # a list of prompts: one result each
+    for one in r if isinstance(r, list) else [r]:  # a list of prompts: one result each
         assert one.finish_reason in ("stop", "length", "context")
         assert len(one.tokens) <= max(0, int(kwargs["max_tokens"]))
         assert all(0 <= t < m.n_vocab for t in one.tokens)
@@ -557,13 +647,38 @@ def test_the_model_is_healthy_after_the_api_fuzz(fuzz_model, gguf):
     assert pymtp.generate("Hello", fuzz_model, max_tokens=12).tokens == want
 
 
-@settings(max_examples=int(os.environ.get("PYMTP_FUZZ_API_EXAMPLES", "200")), deadline=None, derandomize=True,
-          database=None, suppress_health_check=list(HealthCheck))
-@given(ops=st.lists(st.tuples(
-    st.sampled_from(("decode", "draft", "seq_rm", "seq_cp", "pos_max", "logits", "hidden", "set_head",
-                     "checkpoint_save", "checkpoint_restore")),
-    st.lists(st.integers(-3, 400), min_size=0, max_size=6),
-    st.integers(-3, 300), st.integers(-3, 300), st.integers(-2, 2)), max_size=12))
+@settings(
+    max_examples=int(os.environ.get("PYMTP_FUZZ_API_EXAMPLES", "200")),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(
+                (
+                    "decode",
+                    "draft",
+                    "seq_rm",
+                    "seq_cp",
+                    "pos_max",
+                    "logits",
+                    "hidden",
+                    "set_head",
+                    "checkpoint_save",
+                    "checkpoint_restore",
+                )
+            ),
+            st.lists(st.integers(-3, 400), min_size=0, max_size=6),
+            st.integers(-3, 300),
+            st.integers(-3, 300),
+            st.integers(-2, 2),
+        ),
+        max_size=12,
+    )
+)
 def test_low_level_calls_raise_only_python_errors(fuzz_model, ops):
     """Random sequences of native calls with in- and out-of-range ids, positions and sequences."""
     import numpy as np

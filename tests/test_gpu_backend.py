@@ -14,8 +14,7 @@ from pymtp._native import build_info
 
 # the name llama.cpp gives the first device of the backend this library was built with
 DEVICE = "CUDA0" if "CUDA" in build_info() else "Vulkan0" if "VULKAN" in build_info() else None
-pytestmark = pytest.mark.skipif(DEVICE is None,
-                                reason="this library has no GPU backend (tools/test_gpu.sh builds one)")
+pytestmark = pytest.mark.skipif(DEVICE is None, reason="this library has no GPU backend (tools/test_gpu.sh builds one)")
 
 
 @pytest.mark.parametrize("family", ["glm4moe", "qwen35", "step35"])
@@ -25,7 +24,7 @@ def test_the_layers_are_on_the_gpu_device(gguf, family, caplog, same_greedy):
         with caplog.at_level(logging.INFO, logger="pymtp.llama"):
             s = pymtp.load(gguf(family), n_ctx=256)
     finally:
-        pymtp.set_log_level(None)          # the default: llama.cpp silent
+        pymtp.set_log_level(None)  # the default: llama.cpp silent
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert DEVICE in text, text[-2000:]
     assert "offloaded" in text and "layers to GPU" in text, text[-2000:]

@@ -81,33 +81,42 @@ ENUM = ["red", "green", "blue", "dark blue"]
 def test_the_first_mask_of_an_enum_is_exactly_the_prefix_tokens(model, vocab):
     c = Constraint(model, json_schema={"enum": ENUM})
     docs = [json.dumps(e).encode() for e in ENUM]
-    want = {i for i, t in enumerate(vocab.tokens)
-            if t and not t.startswith(b"\xff") and any(d.startswith(t) for d in docs)}
+    want = {
+        i for i, t in enumerate(vocab.tokens) if t and not t.startswith(b"\xff") and any(d.startswith(t) for d in docs)
+    }
     assert tok(model, '"') in want and len(want) >= 1
     assert allowed(c.matcher()) == want
     # after '"' and 'bl' only the rest of "blue" / nothing else
     m = c.matcher()
     assert m.accept(tok(model, '"'))
     rest = [d[1:] for d in docs]
-    want = {i for i, t in enumerate(vocab.tokens)
-            if t and not t.startswith(b"\xff") and any(r.startswith(t) for r in rest)}
+    want = {
+        i for i, t in enumerate(vocab.tokens) if t and not t.startswith(b"\xff") and any(r.startswith(t) for r in rest)
+    }
     assert allowed(m) == want
 
 
 def test_masks_by_hand_along_an_object(model, vocab):
-    c = Constraint(model, json_schema={"type": "object", "properties": {"a": {"type": "integer"}},
-                                       "required": ["a"], "additionalProperties": False})
+    c = Constraint(
+        model,
+        json_schema={
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "required": ["a"],
+            "additionalProperties": False,
+        },
+    )
     m = c.matcher()
     assert allowed(m) == {tok(model, "{"), tok(model, '{"')}
     for t in model.tokenize('{"a": 1', add_special=False):
         assert m.accept(t)
     ok = allowed(m)
-    assert {tok(model, "2"), tok(model, "}"), tok(model, " ")} <= ok           # more digits, the end, space
+    assert {tok(model, "2"), tok(model, "}"), tok(model, " ")} <= ok  # more digits, the end, space
     assert not ok & {tok(model, ","), tok(model, '"'), tok(model, "a"), tok(model, "]"), vocab.eos[0]}
-    assert not m.accept(tok(model, ","))                                        # refused, state unchanged
+    assert not m.accept(tok(model, ","))  # refused, state unchanged
     assert allowed(m) == ok
     assert m.accept(tok(model, "}")) and m.is_terminated()
-    assert allowed(m) == set(vocab.eos)                                         # only an end token now
+    assert allowed(m) == set(vocab.eos)  # only an end token now
     assert m.accept(vocab.eos[0]) and not m.accept(vocab.eos[0])
 
 
@@ -121,8 +130,14 @@ def test_special_tokens_are_never_allowed_inside_json(model, vocab):
 
 
 def test_rollback_restores_masks_and_state(model):
-    c = Constraint(model, json_schema={"type": "object", "properties": {
-        "xs": {"type": "array", "items": {"type": "number"}}, "s": {"type": "string"}}, "required": ["xs", "s"]})
+    c = Constraint(
+        model,
+        json_schema={
+            "type": "object",
+            "properties": {"xs": {"type": "array", "items": {"type": "number"}}, "s": {"type": "string"}},
+            "required": ["xs", "s"],
+        },
+    )
     m = c.matcher()
     toks = model.tokenize('{"xs": [1.5, -2], "s": "hi"}', add_special=False)
     masks = [m.mask()]
@@ -134,12 +149,12 @@ def test_rollback_restores_masks_and_state(model):
         m.rollback(n)
         assert m.n_accepted == len(toks) - n and not m.is_terminated()
         np.testing.assert_array_equal(m.mask(), masks[len(toks) - n])
-        for t in toks[len(toks) - n:]:
+        for t in toks[len(toks) - n :]:
             assert m.accept(t)
         np.testing.assert_array_equal(m.mask(), masks[-1])
     end = m.vocab.eos[0]
     assert m.accept(end) and m.is_terminated()
-    m.rollback(2)                              # the end token and "}"
+    m.rollback(2)  # the end token and "}"
     np.testing.assert_array_equal(m.mask(), masks[-2])
     m.reset()
     np.testing.assert_array_equal(m.mask(), masks[0])
@@ -167,7 +182,7 @@ def test_fill_mask_layout_and_buffers():
     out = np.zeros(4, dtype=np.uint32)
     out[3] = 7
     m.fill_mask(out)
-    assert out.tolist() == [0, 0, 1 << (65 - 64), 7]              # 'a' = token 65: word 2, bit 1
+    assert out.tolist() == [0, 0, 1 << (65 - 64), 7]  # 'a' = token 65: word 2, bit 1
     assert m.accept(ord("a") - 32)
     out32 = np.zeros(3, dtype=np.int32)
     m.fill_mask(out32)
@@ -194,20 +209,24 @@ def test_vocabulary_is_cached_per_model_and_from_a_session(model):
 
 # ---- errors before decoding ------------------------------------------------------------------
 
-@pytest.mark.parametrize("kw, words", [
-    (dict(json_schema={"type": "foo"}), "Invalid type: foo"),
-    (dict(json_schema='{"type": "object",'), "not valid JSON"),
-    (dict(json_schema={"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}}), "nope"),
-    (dict(json_schema={"type": "string", "pattern": "(("}), "unclosed group"),
-    (dict(json_schema={"type": "number", "minimum": "x"}), "minimum"),
-    (dict(json_schema=[1, 2]), "JSON object"),
-    (dict(grammar="start: foo"), "unknown name"),
-    (dict(grammar='root ::= "a" undefined-rule'), "undefined-rule"),
-    (dict(grammar="   "), "non-empty"),
-    (dict(regex="a(("), "regex"),
-    (dict(json_schema={}, grammar="start: \"a\""), "exactly one"),
-    (dict(), "exactly one"),
-])
+
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        (dict(json_schema={"type": "foo"}), "Invalid type: foo"),
+        (dict(json_schema='{"type": "object",'), "not valid JSON"),
+        (dict(json_schema={"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}}), "nope"),
+        (dict(json_schema={"type": "string", "pattern": "(("}), "unclosed group"),
+        (dict(json_schema={"type": "number", "minimum": "x"}), "minimum"),
+        (dict(json_schema=[1, 2]), "JSON object"),
+        (dict(grammar="start: foo"), "unknown name"),
+        (dict(grammar='root ::= "a" undefined-rule'), "undefined-rule"),
+        (dict(grammar="   "), "non-empty"),
+        (dict(regex="a(("), "regex"),
+        (dict(json_schema={}, grammar='start: "a"'), "exactly one"),
+        (dict(), "exactly one"),
+    ],
+)
 def test_bad_schemas_and_grammars_raise_a_clear_value_error(model, kw, words):
     with pytest.raises(ValueError, match=re.escape(words)):
         Constraint(**kw)
@@ -225,29 +244,67 @@ def test_a_constraint_without_a_model_needs_one_for_a_matcher(model):
 # ---- following the masks ---------------------------------------------------------------------
 
 SCHEMAS = {
-    "nested": {"type": "object", "properties": {
-        "name": {"type": "string", "maxLength": 12},
-        "address": {"type": "object", "properties": {
-            "city": {"type": "string", "maxLength": 10},
-            "geo": {"type": "object", "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
-                    "required": ["lat", "lon"], "additionalProperties": False}},
-            "required": ["city", "geo"], "additionalProperties": False}},
-        "required": ["name", "address"], "additionalProperties": False},
-    "enums": {"type": "object", "properties": {
-        "color": {"enum": ["red", "green", "blue"]}, "size": {"enum": [1, 2, 3, None]},
-        "mode": {"type": "string", "enum": ["fast", "slow"]}}, "required": ["color", "size", "mode"],
-        "additionalProperties": False},
-    "arrays": {"type": "object", "properties": {
-        "xs": {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 4},
-        "pairs": {"type": "array", "items": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2},
-                  "maxItems": 3}}, "required": ["xs", "pairs"], "additionalProperties": False},
-    "numbers": {"type": "object", "properties": {
-        "i": {"type": "integer", "minimum": -5, "maximum": 500},
-        "x": {"type": "number"}, "p": {"type": "number", "minimum": 0, "maximum": 1},
-        "n": {"type": "integer", "exclusiveMinimum": 0}}, "required": ["i", "x", "p", "n"],
-        "additionalProperties": False},
-    "top-level array": {"type": "array", "items": {"anyOf": [{"type": "string", "maxLength": 4}, {"type": "null"}]},
-                        "maxItems": 5},
+    "nested": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "address": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "maxLength": 10},
+                    "geo": {
+                        "type": "object",
+                        "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
+                        "required": ["lat", "lon"],
+                        "additionalProperties": False,
+                    },
+                },
+                "required": ["city", "geo"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["name", "address"],
+        "additionalProperties": False,
+    },
+    "enums": {
+        "type": "object",
+        "properties": {
+            "color": {"enum": ["red", "green", "blue"]},
+            "size": {"enum": [1, 2, 3, None]},
+            "mode": {"type": "string", "enum": ["fast", "slow"]},
+        },
+        "required": ["color", "size", "mode"],
+        "additionalProperties": False,
+    },
+    "arrays": {
+        "type": "object",
+        "properties": {
+            "xs": {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 4},
+            "pairs": {
+                "type": "array",
+                "items": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2},
+                "maxItems": 3,
+            },
+        },
+        "required": ["xs", "pairs"],
+        "additionalProperties": False,
+    },
+    "numbers": {
+        "type": "object",
+        "properties": {
+            "i": {"type": "integer", "minimum": -5, "maximum": 500},
+            "x": {"type": "number"},
+            "p": {"type": "number", "minimum": 0, "maximum": 1},
+            "n": {"type": "integer", "exclusiveMinimum": 0},
+        },
+        "required": ["i", "x", "p", "n"],
+        "additionalProperties": False,
+    },
+    "top-level array": {
+        "type": "array",
+        "items": {"anyOf": [{"type": "string", "maxLength": 4}, {"type": "null"}]},
+        "maxItems": 5,
+    },
 }
 
 
@@ -268,10 +325,13 @@ def test_json_object_walks_parse_as_objects(model, vocab):
         assert isinstance(json.loads(drive(c.matcher(), vocab.tokens, rng)), dict)
 
 
-@pytest.mark.parametrize("grammar", [
-    'start: "(" num ("," num)* ")"\nnum: /[0-9]{1,3}/',                      # Lark
-    'root ::= "(" num ("," num)* ")"\nnum ::= [0-9] [0-9]? [0-9]?',           # GBNF
-])
+@pytest.mark.parametrize(
+    "grammar",
+    [
+        'start: "(" num ("," num)* ")"\nnum: /[0-9]{1,3}/',  # Lark
+        'root ::= "(" num ("," num)* ")"\nnum ::= [0-9] [0-9]? [0-9]?',  # GBNF
+    ],
+)
 def test_random_walks_along_a_grammar_match_it(model, vocab, grammar):
     c = Constraint(model, grammar=grammar)
     assert c.kind == ("gbnf" if "::=" in grammar else "lark")
@@ -286,7 +346,12 @@ def test_a_matcher_is_a_token_constraint_for_generate(model):
     schema = SCHEMAS["enums"]
     prompt = chat_prompt(model, "Pick a color, a size and a mode as JSON.")
     with pymtp.Session(model, n_ctx=256) as s:
-        r = pymtp.generate(chat_prompt_tokens(model, prompt), s, max_tokens=48, speculative=False,
-                           constraint=Constraint(model, json_schema=schema).matcher())
+        r = pymtp.generate(
+            chat_prompt_tokens(model, prompt),
+            s,
+            max_tokens=48,
+            speculative=False,
+            constraint=Constraint(model, json_schema=schema).matcher(),
+        )
     assert r.finish_reason == "stop"
     jsonschema.validate(json.loads(r.text), schema)

@@ -8,7 +8,6 @@ import pytest
 from pymtp import _native, model
 from pymtp._native import instrument, lib
 
-
 NAMES = ("pymtp_last_error", "pymtp_build_info", "pymtp_tokenize")
 
 
@@ -23,7 +22,7 @@ def _is_plain(before: dict) -> bool:
 
 def test_every_module_holds_the_one_lib():
     assert model.lib is lib and _native.lib is lib
-    assert lib.pymtp_last_error is lib._raw.pymtp_last_error     # the cffi function itself, cached
+    assert lib.pymtp_last_error is lib._raw.pymtp_last_error  # the cffi function itself, cached
 
 
 def test_calls_are_counted_and_timed_then_restored(models):
@@ -33,14 +32,14 @@ def test_calls_are_counted_and_timed_then_restored(models):
     with instrument(lambda name, s: calls.append((name, s))):
         assert lib.pymtp_last_error is not plain["pymtp_last_error"]
         _native.build_info()
-        m.tokenize("def f(x):")                 # through pymtp.model's own `lib`
+        m.tokenize("def f(x):")  # through pymtp.model's own `lib`
     names = [n for n, _ in calls]
     assert names[0] == "pymtp_build_info" and "pymtp_tokenize" in names
     assert all(isinstance(s, float) and s > 0 for _, s in calls)
     assert _is_plain(plain)
     n = len(calls)
     _native.build_info()
-    assert len(calls) == n                       # nothing counted after the block
+    assert len(calls) == n  # nothing counted after the block
 
 
 def test_restored_after_an_exception_and_a_failing_call_is_counted():
@@ -48,7 +47,7 @@ def test_restored_after_an_exception_and_a_failing_call_is_counted():
     calls: list[str] = []
     with pytest.raises(TypeError):
         with instrument(lambda name, s: calls.append(name)):
-            lib.pymtp_last_error(1)              # cffi refuses the argument: the wrapper still reports
+            lib.pymtp_last_error(1)  # cffi refuses the argument: the wrapper still reports
     assert calls == ["pymtp_last_error"]
     assert _is_plain(plain)
 

@@ -10,22 +10,22 @@ Two properties, per weight type:
 
 from __future__ import annotations
 
+import gguf
 import numpy as np
 import pytest
-
-import pymtp
-from pymtp.quant import quantize
-from pymtp.testing import fixtures
-
-gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize
 
+import pymtp
+from pymtp.quant import quantize
+from pymtp_testing import fixtures
+
 pytestmark = pytest.mark.skipif(
     any(b in pymtp._native.build_info().partition("backends:")[2].split() for b in ("CUDA", "VULKAN", "METAL")),
-    reason="the bit-exact small-batch contract is the CPU backend's")
+    reason="the bit-exact small-batch contract is the CPU backend's",
+)
 
-N_EMBD = 256   # a multiple of the K-quants' 256-element super-block
+N_EMBD = 256  # a multiple of the K-quants' 256-element super-block
 HEAD_DIM = 64
 
 
@@ -82,8 +82,9 @@ def _matmul_model(path, qtype: QT, n_vocab_extra: int, seed: int = 0):
     wr.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-6)
     wr.add_float32("llama.rope.freq_base", 10000.0)
     wr.add_uint32("llama.rope.dimension_count", HEAD_DIM)
-    fixtures.add_byte_bpe_vocab(wr, tokens, merges, types, bos=tokens.index("<|bos|>"),
-                                eos=tokens.index("<|eos|>"), add_bos=False)
+    fixtures.add_byte_bpe_vocab(
+        wr, tokens, merges, types, bos=tokens.index("<|bos|>"), eos=tokens.index("<|eos|>"), add_bos=False
+    )
 
     def f32(name: str, arr: np.ndarray) -> None:
         wr.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
@@ -150,15 +151,22 @@ def test_matmul_agrees_with_float64_and_rows_do_not_depend_on_the_batch(tmp_path
 
 
 #: whole models quantized by llama.cpp: (file type, the weight types it must contain)
-MODEL_TYPES = {"F16": {"F16"}, "Q8_0": {"Q8_0"}, "Q4_0": {"Q4_0"}, "Q5_0": {"Q5_0"},
-               "Q4_K_M": {"Q4_K", "Q6_K"}, "Q6_K": {"Q6_K"}}
+MODEL_TYPES = {
+    "F16": {"F16"},
+    "Q8_0": {"Q8_0"},
+    "Q4_0": {"Q4_0"},
+    "Q5_0": {"Q5_0"},
+    "Q4_K_M": {"Q4_K", "Q6_K"},
+    "Q6_K": {"Q6_K"},
+}
 
 
 @pytest.fixture(scope="module")
 def quantized(tmp_path_factory):
     d = tmp_path_factory.mktemp("kernels")
-    src = fixtures.fixture_path("llama", cache_dir=d, n_embd=N_EMBD, head_dim=HEAD_DIM, n_head=4, n_head_kv=2,
-                                n_ff=512, n_trunk=2)
+    src = fixtures.fixture_path(
+        "llama", cache_dir=d, n_embd=N_EMBD, head_dim=HEAD_DIM, n_head=4, n_head_kv=2, n_ff=512, n_trunk=2
+    )
     made = {}
 
     def get(ftype: str):
@@ -177,8 +185,7 @@ def quantized(tmp_path_factory):
 def test_rows_of_a_batch_equal_rows_decoded_alone(quantized, ftype, prefix):
     rng = np.random.default_rng(prefix)
     toks = [int(t) for t in rng.integers(0, 256, prefix + 8)]
-    with pymtp.load(quantized(ftype), n_ctx=512) as model, \
-            pymtp.TargetContext(model, n_ctx=512, n_batch=512) as ctx:
+    with pymtp.load(quantized(ftype), n_ctx=512) as model, pymtp.TargetContext(model, n_ctx=512, n_batch=512) as ctx:
         ctx.decode(toks[:prefix], 0)
         alone = []
         for i in range(8):
@@ -186,7 +193,7 @@ def test_rows_of_a_batch_equal_rows_decoded_alone(quantized, ftype, prefix):
             alone.append(ctx.logits()[0].copy())
         for n in range(2, 9):
             ctx.seq_rm(prefix)
-            ctx.decode(toks[prefix:prefix + n], prefix, output=np.ones(n, dtype=np.uint8))
+            ctx.decode(toks[prefix : prefix + n], prefix, output=np.ones(n, dtype=np.uint8))
             batch = ctx.logits()[:n]
             for i in range(n):
                 np.testing.assert_array_equal(batch[i], alone[i], err_msg=f"row {i} of a {n}-row decode")

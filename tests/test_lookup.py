@@ -6,8 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_distribution import (N_THREADS, P_EXACT, TOP_K6, Coverage, draw, exact_continuations, p_values, q_of,
-                               sample_continuations)
+from test_distribution import (
+    N_THREADS,
+    P_EXACT,
+    TOP_K6,
+    Coverage,
+    draw,
+    exact_continuations,
+    p_values,
+    q_of,
+    sample_continuations,
+)
 
 import pymtp
 from pymtp import SamplingConfig, SpecConfig
@@ -20,9 +29,9 @@ REPEATING = "def read(path):\n    return open(path).read()\n\ndef read(path):\n"
 def test_continuation_copies_what_followed_the_latest_match():
     d = PromptLookupDrafter(n_vocab=100, ngram=3)
     h = [1, 2, 3, 4, 5, 9, 2, 3, 4, 7, 8, 2, 3, 4]
-    assert d.continuation(h, 2) == [7, 8]            # the latest earlier [2, 3, 4]
-    assert d.continuation(h + [6], 3) == []          # 6 never occurred before
-    assert d.continuation([5, 1, 5], 4) == [1, 5]    # falls back to a 1-gram
+    assert d.continuation(h, 2) == [7, 8]  # the latest earlier [2, 3, 4]
+    assert d.continuation(h + [6], 3) == []  # 6 never occurred before
+    assert d.continuation([5, 1, 5], 4) == [1, 5]  # falls back to a 1-gram
     assert PromptLookupDrafter(100, ngram=2, min_ngram=2).continuation([5, 1, 5], 4) == []
     with pytest.raises(ValueError):
         PromptLookupDrafter(100, ngram=1, min_ngram=2)
@@ -34,8 +43,9 @@ def test_lookup_greedy_is_lossless(models, same_greedy, family, n_draft):
     s = models(family)
     prompt = s.tokenize(REPEATING)
     want = pymtp.generate(prompt, s, max_tokens=24, speculative=False, ignore_eos=True)
-    got = pymtp.generate(prompt, s, max_tokens=24, ignore_eos=True,
-                         speculative={"drafter": "lookup", "n_draft": n_draft, "ngram": 2})
+    got = pymtp.generate(
+        prompt, s, max_tokens=24, ignore_eos=True, speculative={"drafter": "lookup", "n_draft": n_draft, "ngram": 2}
+    )
     assert got.stats.n_drafted > 0
     same_greedy(s, prompt, got.tokens, want.tokens)
 
@@ -76,7 +86,7 @@ def test_lookup_sampling_keeps_the_distribution(lookup_case):
     cov = Coverage()
     spec = SpecConfig(drafter="lookup", n_draft=3, ngram=2, adaptive=False)
     samples = sample_continuations(s, prompt, TOP_K6, spec, 3, 500, seed=5, coverage=cov)
-    assert cov.rejections > 50 and cov.full_accepts > 50 and cov.drafted_at[2] > 50, cov   # both outcomes
+    assert cov.rejections > 50 and cov.full_accepts > 50 and cov.drafted_at[2] > 50, cov  # both outcomes
     ps = p_values(samples, exact, 3)
     assert min(ps) > P_EXACT, ps
     wrong = sample_continuations(s, prompt, TOP_K6, spec, 3, 500, seed=6, verify=_accept_the_argmax)
@@ -98,7 +108,7 @@ def test_a_drafter_written_outside_pymtp_plugs_into_the_speculator(models, same_
         spec.start(prompt)
         while len(spec.tokens) < len(prompt) + 16:
             spec.step()
-        got = spec.tokens[len(prompt):len(prompt) + 16]
+        got = spec.tokens[len(prompt) : len(prompt) + 16]
         assert spec.stats.n_drafted > 0
     want = pymtp.generate(prompt, s, max_tokens=16, speculative=False, ignore_eos=True).tokens
     same_greedy(s, prompt, got, want)

@@ -8,12 +8,11 @@ import platform
 
 import numpy as np
 import pytest
+from conftest import SAME_ROW_ATOL
 
 import pymtp
 from pymtp import DraftContext, Model, TargetContext
 from pymtp.errors import InvalidHandleError, ModelLoadError, UnsupportedError
-
-from conftest import SAME_ROW_ATOL
 
 TEXT = "def add(a, b):\n    return a + b  # héllo ✓"
 
@@ -30,7 +29,7 @@ def test_model_facts(glm, gguf):
     assert glm.architecture == "glm4moe"
     assert glm.n_vocab == 304
     assert glm.n_embd == 64
-    assert glm.n_layer == 2                 # trunk blocks, MTP block not counted
+    assert glm.n_layer == 2  # trunk blocks, MTP block not counted
     assert glm.n_mtp_layers == 1
     assert glm.mtp_loaded
     assert glm.n_ctx_train == 2048
@@ -43,7 +42,7 @@ def test_model_facts(glm, gguf):
 def test_system_info_names_the_cpu_and_the_features_in_use():
     cpu, backends = pymtp.system_info().split("; ", 1)
     assert cpu
-    features = backends[backends.index("CPU : ") + len("CPU : "):].split(" | ")
+    features = backends[backends.index("CPU : ") + len("CPU : ") :].split(" | ")
     assert all(name and value for name, value in (f.split(" = ") for f in features)), features
     if platform.machine() in ("x86_64", "AMD64"):
         assert "SSE3 = 1" in features
@@ -157,11 +156,21 @@ def _logits_after(m, prefix, extra, keep, suffix, *, n_rs_seq=0, checkpoint=Fals
         return t.logits().copy()
 
 
-@pytest.mark.parametrize("family,how,keep", [
-    ("glm4moe", "kv", 0), ("glm4moe", "kv", 2), ("step35", "kv", 1), ("deepseek2", "kv", 0),
-    ("qwen35", "n_rs_seq", 1), ("qwen35", "n_rs_seq", 3), ("qwen35moe", "n_rs_seq", 2),
-    ("qwen35", "checkpoint", 0), ("qwen35", "checkpoint", 2), ("qwen3next", "checkpoint", 1),
-])
+@pytest.mark.parametrize(
+    "family,how,keep",
+    [
+        ("glm4moe", "kv", 0),
+        ("glm4moe", "kv", 2),
+        ("step35", "kv", 1),
+        ("deepseek2", "kv", 0),
+        ("qwen35", "n_rs_seq", 1),
+        ("qwen35", "n_rs_seq", 3),
+        ("qwen35moe", "n_rs_seq", 2),
+        ("qwen35", "checkpoint", 0),
+        ("qwen35", "checkpoint", 2),
+        ("qwen3next", "checkpoint", 1),
+    ],
+)
 def test_seq_rm_rollback_gives_the_logits_of_the_shorter_sequence(models, family, how, keep):
     m = models(family)
     toks = m.tokenize(TEXT)
@@ -198,7 +207,7 @@ def test_partial_rm_without_snapshots_is_refused_on_hybrid_models(models):
         with pytest.raises(UnsupportedError, match="recurrent state"):
             t.seq_rm(4)
         assert t.pos_max() == 7
-        t.seq_rm(0)                     # removing the whole sequence always works
+        t.seq_rm(0)  # removing the whole sequence always works
         assert t.pos_max() == -1
 
 
@@ -222,25 +231,28 @@ def ctx(glm):
     t.close()
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda t, m: t.decode([m.n_vocab], 0), "out of range"),
-    (lambda t, m: t.decode([-1], 0), "out of range"),
-    (lambda t, m: t.decode([2**40], 0), "int32"),
-    (lambda t, m: t.decode([1] * 9, 0), "n_batch"),
-    (lambda t, m: t.decode([], 0), "n_batch"),
-    (lambda t, m: t.decode([1, 2], t.n_ctx - 1), "do not fit the context"),
-    (lambda t, m: t.decode([1], -1), "do not fit the context"),
-    (lambda t, m: t.decode([1], 0, seq_id=1), "seq_id"),
-    (lambda t, m: t.decode([1, 2], 0, output=[1]), "output flags"),
-    (lambda t, m: (t.decode([1], 0), t.decode([1], 5)), "does not continue"),
-    (lambda t, m: t.logits(), "no logits"),
-    (lambda t, m: t.seq_rm(-2), "position range"),
-    (lambda t, m: t.pos_max(3), "seq_id"),
-    (lambda t, m: t.checkpoint_restore(), "no checkpoint"),
-    (lambda t, m: t.set_threads(0), "thread"),
-    (lambda t, m: m.detokenize([m.n_vocab + 5]), "out of range"),
-    (lambda t, m: m.token_bytes(-3), "out of range"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda t, m: t.decode([m.n_vocab], 0), "out of range"),
+        (lambda t, m: t.decode([-1], 0), "out of range"),
+        (lambda t, m: t.decode([2**40], 0), "int32"),
+        (lambda t, m: t.decode([1] * 9, 0), "n_batch"),
+        (lambda t, m: t.decode([], 0), "n_batch"),
+        (lambda t, m: t.decode([1, 2], t.n_ctx - 1), "do not fit the context"),
+        (lambda t, m: t.decode([1], -1), "do not fit the context"),
+        (lambda t, m: t.decode([1], 0, seq_id=1), "seq_id"),
+        (lambda t, m: t.decode([1, 2], 0, output=[1]), "output flags"),
+        (lambda t, m: (t.decode([1], 0), t.decode([1], 5)), "does not continue"),
+        (lambda t, m: t.logits(), "no logits"),
+        (lambda t, m: t.seq_rm(-2), "position range"),
+        (lambda t, m: t.pos_max(3), "seq_id"),
+        (lambda t, m: t.checkpoint_restore(), "no checkpoint"),
+        (lambda t, m: t.set_threads(0), "thread"),
+        (lambda t, m: m.detokenize([m.n_vocab + 5]), "out of range"),
+        (lambda t, m: m.token_bytes(-3), "out of range"),
+    ],
+)
 def test_bad_input_raises_and_the_context_still_works(glm, ctx, call, match):
     with pytest.raises(ValueError, match=match):
         call(ctx, glm)
@@ -257,6 +269,7 @@ def test_bad_draft_input(glm):
         with pytest.raises(ValueError, match="need 2 x 64"):
             d.decode([1, 2, 3], 1, row, np.zeros(glm.n_embd, dtype=np.float32))
         from pymtp._native import check, lib
+
         with pytest.raises(ValueError, match="only a draft context"):
             check(lib.pymtp_draft_set_head(t._h, 0))
         with pytest.raises(ValueError, match="draft context binds to a target"):
@@ -265,12 +278,15 @@ def test_bad_draft_input(glm):
         assert d.logits().shape == (2, glm.n_vocab)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"n_batch": 0}, "n_batch"),
-    ({"n_ctx": -1}, "n_ctx"),
-    ({"n_rs_seq": 1000}, "n_rs_seq"),
-    ({"n_seq_max": 0}, "n_seq_max"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"n_batch": 0}, "n_batch"),
+        ({"n_ctx": -1}, "n_ctx"),
+        ({"n_rs_seq": 1000}, "n_rs_seq"),
+        ({"n_seq_max": 0}, "n_seq_max"),
+    ],
+)
 def test_bad_context_params(glm, kwargs, match):
     with pytest.raises(ValueError, match=match):
         TargetContext(glm, **kwargs)
@@ -282,19 +298,25 @@ def test_closed_handles_raise(gguf):
     d = DraftContext(t)
     t.decode([1, 2], 0)
     view = t.logits()
-    m.close()                           # closes the contexts first
+    m.close()  # closes the contexts first
     assert m.closed and t.closed and d.closed
-    for call in (lambda: t.decode([1], 0), lambda: t.logits(), lambda: d.set_head(0),
-                 lambda: m.tokenize("x"), lambda: TargetContext(m)):
+    for call in (
+        lambda: t.decode([1], 0),
+        lambda: t.logits(),
+        lambda: d.set_head(0),
+        lambda: m.tokenize("x"),
+        lambda: TargetContext(m),
+    ):
         with pytest.raises(InvalidHandleError, match="closed"):
             call()
     del view
-    m.close()                           # closing twice is fine
+    m.close()  # closing twice is fine
 
 
 def test_native_layer_refuses_freed_handles(glm):
     """The shim itself checks handles, whatever the Python wrapper does."""
     from pymtp._native import ffi, lib
+
     t = TargetContext(glm, n_ctx=32)
     h = t._h
     t.close()
@@ -307,17 +329,21 @@ def test_native_layer_refuses_freed_handles(glm):
 
 def test_model_with_open_context_cannot_be_freed_natively(glm):
     from pymtp._native import lib
+
     with TargetContext(glm, n_ctx=32):
         assert lib.pymtp_model_free(glm._h) == lib.PYMTP_ERR_ARG
     assert not glm.closed
 
 
-@pytest.mark.parametrize("content,match", [
-    (None, "not found"),
-    (b"", "not a GGUF"),
-    (b"PK\x03\x04 not a gguf at all", "not a GGUF"),
-    ("truncated", "could not load"),
-])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        (None, "not found"),
+        (b"", "not a GGUF"),
+        (b"PK\x03\x04 not a gguf at all", "not a GGUF"),
+        ("truncated", "could not load"),
+    ],
+)
 def test_bad_model_files(tmp_path, gguf, content, match):
     path = tmp_path / "bad.gguf"
     if content == "truncated":
@@ -331,6 +357,7 @@ def test_bad_model_files(tmp_path, gguf, content, match):
 
 def test_dropped_objects_are_freed(gguf):
     from pymtp._native import lib
+
     m = Model(gguf("glm4moe"))
     h = m._h
     for _ in range(5):
@@ -353,7 +380,7 @@ def test_llama_logs_reach_python_logging(gguf, caplog):
         pymtp.set_log_level(None)
     assert any(r.name == "pymtp.llama" for r in caplog.records)
     caplog.clear()
-    Model(gguf("glm4moe")).close()          # quiet by default
+    Model(gguf("glm4moe")).close()  # quiet by default
     assert not [r for r in caplog.records if r.name == "pymtp.llama"]
 
 

@@ -30,8 +30,9 @@ def test_quickstart_notebook_runs(gguf, monkeypatch, tmp_path):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p))
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
@@ -39,4 +40,4 @@ def test_quickstart_notebook_runs(gguf, monkeypatch, tmp_path):
     assert "pymtp-result" in html and "pymtp-stats" in html and "pymtp-compare" in html
     texts = "\n".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert "acceptance" in texts and "No module named" not in texts
-    assert any("image/png" in o.get("data", {}) for o in outputs)   # matplotlib is a test extra
+    assert any("image/png" in o.get("data", {}) for o in outputs)  # matplotlib is a test extra

@@ -30,8 +30,8 @@ from pymtp.textout import TextOutput
 PROMPT = "def f(x):"
 #: Values the automatic choice cannot make (or would make slow): the rest come from _pick.
 OVERRIDES: dict[str, Any] = {
-    "max_tokens": 5,                      # short generations
-    "stop": ("@@zq",),                    # a stop string the text will not contain
+    "max_tokens": 5,  # short generations
+    "stop": ("@@zq",),  # a stop string the text will not contain
     "logit_bias": ((5, 1.5), (7, -2.0)),  # tokens of the fixture's 304-token vocabulary
 }
 
@@ -66,7 +66,7 @@ def _pick(model: type[BaseModel], name: str) -> Any:
 
 def _values(model: type[BaseModel]) -> dict[str, Any]:
     values = {name: OVERRIDES[name] if name in OVERRIDES else _pick(model, name) for name in model.model_fields}
-    model(**values)                      # jointly valid too
+    model(**values)  # jointly valid too
     return values
 
 
@@ -147,8 +147,12 @@ def _wire(values: dict) -> dict:
 
 
 def _complete(url: str, body: dict) -> dict:
-    req = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
+    req = urllib.request.Request(
+        f"{url}/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
         return json.loads(r.read())
 
@@ -187,9 +191,10 @@ def _argv(values: dict) -> list[str]:
 
 def test_cli_generate(engine, gguf, capsys):
     from pymtp.cli import EXIT_OK, main
+
     rc = main(["generate", "-m", str(gguf("glm4moe")), "-q", *_argv({**SAMPLING, **SPEC, **LIMITS}), PROMPT])
     assert rc == EXIT_OK, capsys.readouterr().err
-    _check(engine, 1, outputs=False)         # the CLI asks for no logprobs
+    _check(engine, 1, outputs=False)  # the CLI asks for no logprobs
 
 
 def test_cli_serve_flags_are_the_servers_defaults(engine, gguf, model, monkeypatch, capsys):

@@ -14,6 +14,7 @@ WRONG = re.compile(r"pip install ['\"]?pymtp(?!-llm)\b")
 def test_the_distribution_name():
     if sys.version_info >= (3, 11):
         import tomllib
+
         name = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
     else:  # pragma: no cover
         name = re.search(r'^name = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)

@@ -15,6 +15,7 @@ import pytest
 import pymtp
 from pymtp import SamplingConfig, SpecConfig
 from pymtp.batch import Batch
+from pymtp.bench.echo import EchoMaps, make_echo
 from pymtp.config import GenerationConfig
 from pymtp.drafter import Draft, Drafter
 from pymtp.policy import (
@@ -28,7 +29,6 @@ from pymtp.policy import (
     use_costs,
 )
 from pymtp.speculator import MTPSpeculator
-from pymtp.bench.echo import EchoMaps, make_echo
 
 #: Verifying more rows costs little (a GPU-like table): drafting wins wherever drafts are accepted.
 CHEAP = {1: 1.0, 2: 1.05, 3: 1.1, 4: 1.15, 5: 1.2, 8: 1.35, 16: 1.7, 32: 2.4}
@@ -84,9 +84,9 @@ def test_losing_settles_on_plain_steps_and_probes_rarely():
     p = auto()
     ks = run(p, lambda step: 0.0, 400)
     first_plain = ks.index(0)
-    assert first_plain <= 12                        # settles within a few steps (a cheap verify: ~10)
+    assert first_plain <= 12  # settles within a few steps (a cheap verify: ~10)
     probes = [i for i, k in enumerate(ks) if k and i > first_plain]
-    assert all(k == 1 for k in ks[first_plain:] if k)   # only one-token probes from then on
+    assert all(k == 1 for k in ks[first_plain:] if k)  # only one-token probes from then on
     # backing off: at most one probe per PROBE_FIRST..PROBE_MAX plain steps, the gaps growing
     assert len(probes) <= 8
     gaps = [b - a for a, b in itertools.pairwise(probes)]
@@ -102,7 +102,7 @@ def test_winning_settles_on_the_longest_draft():
 def test_expensive_verify_means_plain_even_at_full_acceptance():
     p = auto(costs=CostModel.table(DEAR, 0.02))
     ks = run(p, lambda step: 1.0, 200)
-    assert sum(1 for k in ks[10:] if k) <= 12         # probes only
+    assert sum(1 for k in ks[10:] if k) <= 12  # probes only
     assert all(k <= 1 for k in ks[10:])
 
 
@@ -112,7 +112,7 @@ def test_finds_long_drafts_where_only_long_drafts_pay():
     win) the probes draft the best length but 0, so the policy finds the long drafts."""
     jump = {1: 1.0, 2: 2.5, 3: 2.6, 4: 2.7, 5: 2.8}
     p = auto(costs=CostModel.table(jump, 0.05))
-    assert p.next_length(0) == 0                      # at the prior acceptance, plain wins
+    assert p.next_length(0) == 0  # at the prior acceptance, plain wins
     ks = run(p, lambda step: 1.0, 100)
     assert ks[-50:] == [4] * 50
 
@@ -125,7 +125,7 @@ def test_a_new_generation_starts_from_the_last_ones_estimates(echo):
     second = AutoPolicy(spec, 4, model=sess.model, costs=CostModel.table(CHEAP, 0.02))
     assert second.acceptance.reached == pytest.approx([x / 2 for x in first.acceptance.reached])
     assert second.acceptance.rates()[0] > 0.9
-    other = AutoPolicy(spec, 4, costs=CostModel.table(CHEAP, 0.02))     # no model: the prior
+    other = AutoPolicy(spec, 4, costs=CostModel.table(CHEAP, 0.02))  # no model: the prior
     assert other.acceptance.rates()[0] == pytest.approx(0.6)
 
 
@@ -133,7 +133,7 @@ def test_length_follows_acceptance_and_costs():
     # acceptance 0.7 per position: with a cheap verify a long draft pays, with a dearer one less
     cheap = run(auto(n_draft=8), lambda step: 0.7, 300)
     dear = run(auto(n_draft=8, costs=CostModel.table(MID, 0.05)), lambda step: 0.7, 300)
-    assert sorted(cheap[100:])[100] >= 3                # median
+    assert sorted(cheap[100:])[100] >= 3  # median
     assert 1 <= sorted(dear[100:])[100] < sorted(cheap[100:])[100]
 
 
@@ -153,11 +153,13 @@ def test_a_batch_pays_the_rows_it_adds():
     """The shared verify: a sequence's step is judged with the other rows of the batch (and the
     tokens they yield), so with a verify whose rows grow dearer it drafts shorter beside 8 rows
     than alone, and with one whose rows grow cheaper at least as long."""
+
     def trained(table):
         p = auto(n_draft=4, costs=CostModel.table(table, 0.0))
         for _ in range(30):
-            p.update(1, 1, 0.0, 1.0)                  # position 0 always accepted, later ones unseen
+            p.update(1, 1, 0.0, 1.0)  # position 0 always accepted, later ones unseen
         return p
+
     convex = {1: 1.0, 2: 1.2, 3: 1.5, 4: 1.9, 5: 2.4, 9: 5.0, 14: 10.0}
     p = trained(convex)
     assert p.next_length(10, rows_before=8, tokens_before=8.0) < p.next_length(10)
@@ -182,13 +184,13 @@ def test_trace_predicted_and_measured():
 def test_cost_model_interpolates_learns_and_counts_positions():
     cm = CostModel({1: 1.0, 3: 2.0}, c_draft=0.1, attn=0.001)
     assert cm.verify(2) == pytest.approx(1.5)
-    assert cm.verify(5) == pytest.approx(3.0)            # the last slope, extrapolated
+    assert cm.verify(5) == pytest.approx(3.0)  # the last slope, extrapolated
     assert cm.verify(2, pos=1000) == pytest.approx(1.5 + 2.0)
     for _ in range(50):
-        cm.observe_verify(2, 0, 3.0)                      # measured twice the calibration
+        cm.observe_verify(2, 0, 3.0)  # measured twice the calibration
         cm.observe_draft(2, 0.4)
     assert cm.verify(2) == pytest.approx(3.0, rel=0.1)
-    assert 1.0 < cm.verify(1) < 2.0 * 1.05                # other row counts follow the overall ratio, shrunk
+    assert 1.0 < cm.verify(1) < 2.0 * 1.05  # other row counts follow the overall ratio, shrunk
     assert cm.c_draft == pytest.approx(0.2, rel=0.05)
     frozen = CostModel.table({1: 1.0}, 0.1)
     frozen.observe_verify(1, 0, 10.0)
@@ -217,13 +219,13 @@ def test_calibration_is_quick_and_cached(echo):
     sess, _ = echo[1.0]
     t = time.perf_counter()
     cm = calibrate(sess.model, 5)
-    assert time.perf_counter() - t < 2.0                   # budget 0.4 s, a loaded CI machine allowed
+    assert time.perf_counter() - t < 2.0  # budget 0.4 s, a loaded CI machine allowed
     rows = cm.describe()["rows"]
     assert rows.keys() >= {1, 2, 5} and all(v > 0 for v in rows.values())
     assert cm.attn >= 0 and cm.c_draft > 0
     use_costs(sess.model, None)
     first = costs_for(sess.model, 5)
-    assert costs_for(sess.model, 5) is first               # once per model and thread count
+    assert costs_for(sess.model, 5) is first  # once per model and thread count
     use_costs(sess.model, None)
 
 
@@ -233,8 +235,9 @@ def test_calibration_is_quick_and_cached(echo):
 def generate(sess, table, n_draft=4, max_tokens=120, prompt="def f(x):"):
     use_costs(sess.model, CostModel.table(table, 0.02))
     try:
-        return pymtp.generate(prompt, sess, max_tokens=max_tokens, ignore_eos=True,
-                              speculative=SpecConfig(policy="auto", n_draft=n_draft))
+        return pymtp.generate(
+            prompt, sess, max_tokens=max_tokens, ignore_eos=True, speculative=SpecConfig(policy="auto", n_draft=n_draft)
+        )
     finally:
         use_costs(sess.model, None)
 
@@ -242,7 +245,7 @@ def generate(sess, table, n_draft=4, max_tokens=120, prompt="def f(x):"):
 def test_a_head_that_never_agrees_gives_plain_steps_and_plain_text(echo):
     sess, maps = echo[0.0]
     r = generate(sess, CHEAP, max_tokens=150)
-    assert r.tokens == maps.greedy(r.prompt_tokens[-1], 150)       # lossless
+    assert r.tokens == maps.greedy(r.prompt_tokens[-1], 150)  # lossless
     ks = r.stats.k_chosen
     first = ks.index(0)
     assert first <= 12 and sum(1 for k in ks[first:] if k) <= 5 and max(ks[first:]) <= 1
@@ -288,7 +291,7 @@ def test_follows_acceptance_that_changes_mid_text(echo):
         drafter = SwitchingDrafter(maps, n0 + 150, n0 + 350, sess.model.n_vocab)
         sp = MTPSpeculator(sess.target, drafter, SamplingConfig(), SpecConfig(policy="auto", n_draft=4))
         sp.start(prompt)
-        lengths = []                    # (text length before the step, k chosen)
+        lengths = []  # (text length before the step, k chosen)
         while len(sp.tokens) < n0 + 600:
             before = len(sp.tokens)
             sp.step()
@@ -300,8 +303,8 @@ def test_follows_acceptance_that_changes_mid_text(echo):
     bad = [k for n, k in lengths if n0 + 170 <= n < n0 + 350]
     good2 = [k for n, k in lengths if n >= n0 + 450]
     assert good1 and all(k == 4 for k in good1)
-    assert bad.count(0) >= len(bad) - 10 and max(bad) <= 1       # plain steps, a few probes
-    assert good2 and all(k == 4 for k in good2)                  # back to long drafts within 100 tokens
+    assert bad.count(0) >= len(bad) - 10 and max(bad) <= 1  # plain steps, a few probes
+    assert good2 and all(k == 4 for k in good2)  # back to long drafts within 100 tokens
 
 
 def test_in_a_batch(echo):
@@ -312,8 +315,10 @@ def test_in_a_batch(echo):
         use_costs(sess.model, CostModel.table(table, 0.02))
         try:
             with Batch(sess, n_seq=3, n_ctx=512, spec=SpecConfig(policy="auto", n_draft=4)) as b:
-                items = [b.add(sess.tokenize(p), limits=GenerationConfig(max_tokens=120, ignore_eos=True))
-                         for p in ("def f(x):", "the quick brown fox", "import os\n")]
+                items = [
+                    b.add(sess.tokenize(p), limits=GenerationConfig(max_tokens=120, ignore_eos=True))
+                    for p in ("def f(x):", "the quick brown fox", "import os\n")
+                ]
                 b.run()
         finally:
             use_costs(sess.model, None)
@@ -324,7 +329,7 @@ def test_in_a_batch(echo):
             tail = ks[10:-2]
             if want:
                 assert tail.count(want) >= len(tail) - 1, (agree, ks)
-            else:     # plain steps and probes (accepted probes come every PROBE_MIN steps at most)
+            else:  # plain steps and probes (accepted probes come every PROBE_MIN steps at most)
                 assert tail.count(0) >= 0.75 * len(tail) and max(tail) <= 1, (agree, table, ks)
 
 
@@ -332,22 +337,25 @@ def test_confidence_cut_follows_the_cost_of_a_row():
     """The cut: a token is worth its verify row when its head probability reaches the tokens the
     step's rate earns in that row's seconds: higher where rows cost more, none on probes, and a
     p_min the user gives stays."""
+
     def cut(table, **kw):
         p = AutoPolicy(SpecConfig(policy="auto", n_draft=4, **kw), 4, costs=CostModel.table(table, 0.02))
         run(p, lambda step: 0.8, 50)
         k = p.next_length(100)
         return k, p.p_min
+
     k_mid, cut_mid = cut(MID)
     k_cheap, cut_cheap = cut(CHEAP)
     assert k_mid > 0 and k_cheap > 0 and 0 < cut_cheap < cut_mid < 0.9
     assert cut(MID, p_min=0.3)[1] == 0.3
-    p = auto(costs=CostModel.table(DEAR, 0.02))        # plain steps and probes: no cut
+    p = auto(costs=CostModel.table(DEAR, 0.02))  # plain steps and probes: no cut
     run(p, lambda step: 1.0, 100)
     assert p.trace[-1].k <= 1 and p.p_min == 0.0
 
 
 def test_stats_show_and_plot_the_choice():
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -25,9 +25,19 @@ X86 = platform.machine() in ("x86_64", "AMD64")
 #: llama.cpp's names of x86 features (ggml-cpu.cpp, ggml_backend_cpu_get_features) -> the
 #: Linux /proc/cpuinfo flag that says the CPU has it.
 X86_FLAGS = {
-    "SSE3": "pni", "SSSE3": "ssse3", "AVX": "avx", "AVX2": "avx2", "F16C": "f16c", "FMA": "fma",
-    "BMI2": "bmi2", "AVX_VNNI": "avx_vnni", "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi",
-    "AVX512_VNNI": "avx512_vnni", "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8",
+    "SSE3": "pni",
+    "SSSE3": "ssse3",
+    "AVX": "avx",
+    "AVX2": "avx2",
+    "F16C": "f16c",
+    "FMA": "fma",
+    "BMI2": "bmi2",
+    "AVX_VNNI": "avx_vnni",
+    "AVX512": "avx512f",
+    "AVX512_VBMI": "avx512vbmi",
+    "AVX512_VNNI": "avx512_vnni",
+    "AVX512_BF16": "avx512_bf16",
+    "AMX_INT8": "amx_int8",
 }
 
 
@@ -37,8 +47,8 @@ def cpu_features() -> dict[str, str]:
     text = pymtp.system_info().split("; ", 1)[1]
     assert "CPU : " in text, text
     out = {}
-    for item in text[text.index("CPU : ") + len("CPU : "):].split(" | "):
-        if " : " in item:        # the next backend's section
+    for item in text[text.index("CPU : ") + len("CPU : ") :].split(" | "):
+        if " : " in item:  # the next backend's section
             break
         if item.strip():
             name, _, value = item.partition(" = ")
@@ -99,19 +109,24 @@ def test_source_build_is_one_library_with_private_symbols():
         assert not hasattr(lib, name), f"{name} is exported: llama.cpp's symbols should stay private"
 
 
-@pytest.mark.skipif(not PORTABLE, reason="a source build links its one CPU backend in: no variants to pick "
-                                         "(a build with CMAKE_ARGS=-DPYMTP_PORTABLE=ON has them)")
+@pytest.mark.skipif(
+    not PORTABLE,
+    reason="a source build links its one CPU backend in: no variants to pick "
+    "(a build with CMAKE_ARGS=-DPYMTP_PORTABLE=ON has them)",
+)
 def test_portable_build_loaded_a_cpu_variant_from_beside_the_library():
     variant = cpu_features().get("VARIANT")
     assert variant and variant != "none", pymtp.system_info()
     chosen = HERE / f"libggml-cpu-{variant}.so"
     assert chosen.is_file(), chosen
     shipped = sorted(p.name for p in HERE.glob("libggml-cpu-*.so"))
-    assert len(shipped) > 1, shipped       # every variant ships; one is picked at run time
+    assert len(shipped) > 1, shipped  # every variant ships; one is picked at run time
     if LINUX:
         maps = {p.resolve() for p in mapped_files()}
         assert chosen.resolve() in maps
         # self-contained: llama.cpp's libraries in this process are the package's own
         ours = sorted(p for p in maps if p.name.startswith(("libggml", "libpymtp")))
         assert ours and all(p.parent == HERE for p in ours), ours
-        assert {"libpymtp.so", "libpymtp-llama.so", "libpymtp-ggml.so", "libpymtp-ggml-base.so"} <= {p.name for p in ours}
+        assert {"libpymtp.so", "libpymtp-llama.so", "libpymtp-ggml.so", "libpymtp-ggml-base.so"} <= {
+            p.name for p in ours
+        }

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_reuse import FAMILIES_ALL, RECURRENT, fresh, spec_kw
 
 import pymtp
 from pymtp import prompt_cache, speculator
 from pymtp.errors import PymtpError
 from pymtp_testing.fixtures import FAMILIES
-from test_reuse import FAMILIES_ALL, RECURRENT, fresh, spec_kw
 
 CONVERSATIONS = ("def add(a, b):", "# A tiny web server\nimport", "class Stack:\n    def push(self, x):")
 
@@ -35,12 +35,12 @@ def test_alternating_conversations_come_back_from_the_cache(family, session, sam
     s = session(family)
     kw = spec_kw(s)
     convs = [s.tokenize(c) for c in CONVERSATIONS]
-    held = [0] * len(convs)                       # what the target KV held after each one's last turn
+    held = [0] * len(convs)  # what the target KV held after each one's last turn
     for turn in range(3):
         for i, conv in enumerate(convs):
             r = pymtp.generate(conv, s, **kw)
             same_greedy(s, conv, r.tokens, fresh(s, conv, **kw).tokens)
-            if turn > 0:                              # its text was saved when another took over
+            if turn > 0:  # its text was saved when another took over
                 assert r.stats.reused_saved and r.stats.n_reused == held[i], (turn, i, r.stats)
             held[i] = len(conv) + len(r.tokens) - 1
             convs[i] = conv + r.tokens + s.tokenize("\n", add_special=False)
@@ -57,13 +57,13 @@ def test_a_hybrid_resumes_from_the_end_of_its_prompt(family, session, same_greed
     # the same prompt again (another sample, a regenerated reply), then one that shares the
     # prompt but not the reply: both decode only the last prompt token, from the snapshot
     other = p + s.tokenize(" return", add_special=False)
-    assert other[len(p)] != r1.tokens[0] or other[len(p) + 1:] != r1.tokens[1:len(other) - len(p)]
+    assert other[len(p)] != r1.tokens[0] or other[len(p) + 1 :] != r1.tokens[1 : len(other) - len(p)]
     for prompt in (p, other):
         r = pymtp.generate(prompt, s, **kw)
         assert r.stats.n_reused == len(p) - 1, r.stats
         same_greedy(s, prompt, r.tokens, fresh(s, prompt, **kw).tokens)
     # a prompt that diverges inside the last prompt has no snapshot: a full prefill, said so
-    cut = p[:len(p) - 3] + s.tokenize(" x = 1", add_special=False)
+    cut = p[: len(p) - 3] + s.tokenize(" x = 1", add_special=False)
     r = pymtp.generate(cut, s, **kw)
     assert r.stats.n_reused == 0 and "recurrent state" in r.stats.reuse_miss
     same_greedy(s, cut, r.tokens, fresh(s, cut, **kw).tokens)
@@ -76,13 +76,13 @@ def test_the_cache_stays_within_its_budget(session):
     convs = [s.tokenize(f"{chr(65 + i)} = [1, 2, 3]\n" * 8) for i in range(12)]
     pymtp.generate(convs[0], s, **kw)
     one = s.prompt_cache.nbytes + s.speculator(spec=pymtp.SpecConfig()).save().nbytes
-    s.prompt_cache.max_bytes = 4 * one + one // 2      # room for four texts like it
+    s.prompt_cache.max_bytes = 4 * one + one // 2  # room for four texts like it
     sizes = []
     for conv in convs[1:]:
         pymtp.generate(conv, s, **kw)
         assert s.prompt_cache.nbytes <= s.prompt_cache.max_bytes
         sizes.append(len(s.prompt_cache))
-    assert sizes[-1] == 4                  # the budget is full: the oldest went out
+    assert sizes[-1] == 4  # the budget is full: the oldest went out
     assert pymtp.generate(convs[0], s, **kw).stats.n_reused == 0
     r = pymtp.generate(convs[-2], s, **kw)
     # the prompt stops inside the saved text: its last kept position is decoded again (hand-off)
@@ -102,17 +102,21 @@ def test_no_prompt_cache_keeps_only_the_live_text(session):
 def test_a_wrong_restore_is_caught(session, same_greedy, monkeypatch):
     """Control: a cache that hands out a saved text for a prompt it does not prefix gives
     output a fresh start does not, and the comparison above would fail on it."""
-    with pymtp.load("tiny", n_ctx=512) as s:     # a trained model: its output depends on the context
+    with pymtp.load("tiny", n_ctx=512) as s:  # a trained model: its output depends on the context
         kw = spec_kw(s)
         a, b = s.tokenize("def parse(line):"), s.tokenize("while True:\n    line = input()")
         c = s.tokenize("for i in range(10):")
         pymtp.generate(a, s, **kw)
-        pymtp.generate(b, s, **kw)                 # a is saved
-        monkeypatch.setattr(prompt_cache.PromptCache, "best",
-                            lambda self, *args: (next(iter(self._texts), None), 10**6))
-        monkeypatch.setattr(speculator, "usable_prefix",
-                            lambda tokens, n_past, mark, recurrent, prompt, min_cut=0: (min(n_past, len(prompt) - 1), ""))
-        wrong = pymtp.generate(c, s, **kw)         # a's cache, taken for a prompt it does not prefix
+        pymtp.generate(b, s, **kw)  # a is saved
+        monkeypatch.setattr(
+            prompt_cache.PromptCache, "best", lambda self, *args: (next(iter(self._texts), None), 10**6)
+        )
+        monkeypatch.setattr(
+            speculator,
+            "usable_prefix",
+            lambda tokens, n_past, mark, recurrent, prompt, min_cut=0: (min(n_past, len(prompt) - 1), ""),
+        )
+        wrong = pymtp.generate(c, s, **kw)  # a's cache, taken for a prompt it does not prefix
         assert wrong.stats.reused_saved and wrong.stats.n_reused > 0
         with pytest.raises(AssertionError):
             same_greedy(s, c, wrong.tokens, fresh(s, c, **kw).tokens)
@@ -126,7 +130,7 @@ def test_a_saved_conversation_resumes_in_another_session(family, gguf, tmp_path,
         p = s.tokenize("def parse(line):\n    ")
         r1 = pymtp.generate(p, s, **kw)
         saved = s.save_state(tmp_path / "conv.npz")
-    with pymtp.load(path, n_ctx=512) as s2:          # an agent that restarted
+    with pymtp.load(path, n_ctx=512) as s2:  # an agent that restarted
         assert s2.load_state(saved) == len(p) + len(r1.tokens) - 1
         p2 = p + r1.tokens + s2.tokenize("\nclass Reader:", add_special=False)
         r2 = pymtp.generate(p2, s2, **kw)
@@ -142,7 +146,7 @@ def test_a_saved_file_is_checked_before_llama_cpp_reads_it(gguf, tmp_path):
         p = s.tokenize("def parse(line):")
         pymtp.generate(p, s, **kw)
         good = s.save_state(tmp_path / "conv.npz")
-        pymtp.generate(s.tokenize("import os"), s, **kw)       # another text is live now
+        pymtp.generate(s.tokenize("import os"), s, **kw)  # another text is live now
         (tmp_path / "junk.npz").write_bytes(b"not a numpy file")
         with pytest.raises(ValueError, match="not a pymtp saved text"):
             s.load_state(tmp_path / "junk.npz")
@@ -186,12 +190,12 @@ def test_sliding_window_texts_are_cut_only_where_the_window_allows(family, sessi
     p = s.tokenize("def f(x):\n    return x + 1\n\ndef f(x):\n")
     kw = dict(max_tokens=24, ignore_eos=True)
     assert len(p) > s.model.n_swa
-    first = pymtp.generate(p, s, speculative=False, **kw)       # saved when the MTP run takes over
+    first = pymtp.generate(p, s, speculative=False, **kw)  # saved when the MTP run takes over
     pymtp.generate(p, s, speculative=True, **kw)
-    r = pymtp.generate(p, s, speculative=False, **kw)            # would cut the saved text at len(p) - 1
+    r = pymtp.generate(p, s, speculative=False, **kw)  # would cut the saved text at len(p) - 1
     assert not r.stats.reused_saved and r.stats.n_reused == 0
     same_greedy(s, p, r.tokens, first.tokens)
-    ext = p + r.tokens                                           # extends the live text: kept whole
+    ext = p + r.tokens  # extends the live text: kept whole
     pymtp.generate(s.tokenize("import os"), s, speculative=False, **kw)
     r2 = pymtp.generate(ext, s, speculative=False, **kw)
     assert r2.stats.reused_saved and r2.stats.n_reused == len(ext) - 1
@@ -206,10 +210,10 @@ def test_state_bytes_round_trip_and_an_empty_state_empties_the_sequence(gguf):
         t.decode(s.tokenize("def f(x):"), 0)
         full = t.get_state()
         held = t.pos_max()
-        t.set_state(empty)                   # llama.cpp alone would leave the sequence as it was
+        t.set_state(empty)  # llama.cpp alone would leave the sequence as it was
         assert t.pos_max() == -1
         t.set_state(full)
         assert t.pos_max() == held and t.pos_min() == 0
         with pytest.raises(PymtpError, match="rejected"):
             t.set_state(full[:20])
-        assert t.pos_max() == -1             # a refused state leaves the sequence empty, as documented
+        assert t.pos_max() == -1  # a refused state leaves the sequence empty, as documented

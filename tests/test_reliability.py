@@ -19,18 +19,17 @@ import subprocess
 import sys
 import threading
 import time
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
 import pymtp
-from pymtp import SpecConfig
-from pymtp import DraftContext, MTPSpeculator, TargetContext
+from pymtp import DraftContext, MTPSpeculator, SpecConfig, TargetContext
 from pymtp.errors import InvalidHandleError, ModelLoadError, PymtpError, UnsupportedError
 
-N_CTX = 64            # asked for; llama.cpp rounds a context up (256 here): tests read target.n_ctx
+N_CTX = 64  # asked for; llama.cpp rounds a context up (256 here): tests read target.n_ctx
 PROMPTS = ("Hello", "def add(a, b):", "The quick brown fox", "1, 2, 3,")
 
 
@@ -54,7 +53,7 @@ def load(gguf):
 def fresh(gguf):
     """fresh(family, prompt, **kw) -> the tokens a newly loaded Model generates (cached)."""
 
-    @lru_cache(maxsize=None)
+    @cache
     def run(family: str, prompt, kw: tuple):
         with pymtp.load(gguf(family), n_ctx=N_CTX) as m:
             return tuple(pymtp.generate(list(prompt) if isinstance(prompt, tuple) else prompt, m, **dict(kw)).tokens)
@@ -66,7 +65,7 @@ def fresh(gguf):
 
 
 def n_ctx_of(model: pymtp.Model) -> int:
-    pymtp.generate("a", model, max_tokens=1)          # makes the session
+    pymtp.generate("a", model, max_tokens=1)  # makes the session
     return model.target.n_ctx
 
 
@@ -74,7 +73,9 @@ def assert_healthy(model, fresh, family="glm4moe", **kw):
     """The model still generates exactly what a fresh one does (speculative and plain)."""
     kw.setdefault("max_tokens", 16)
     for spec in (True, False):
-        assert pymtp.generate("Hello", model, speculative=spec, **kw).tokens == fresh(family, "Hello", speculative=spec, **kw)
+        assert pymtp.generate("Hello", model, speculative=spec, **kw).tokens == fresh(
+            family, "Hello", speculative=spec, **kw
+        )
 
 
 # ---- bad input: files ------------------------------------------------------------------------
@@ -86,13 +87,13 @@ def test_missing_file_and_directory(tmp_path):
             call(tmp_path / "nope.gguf")
         assert isinstance(e.value, OSError)
         with pytest.raises(ModelLoadError, match="not found"):
-            call(tmp_path)                            # a directory is no model file
+            call(tmp_path)  # a directory is no model file
 
 
 def _drop_file_capabilities() -> None:  # runs in the child, between fork and exec
     libc = ctypes.CDLL(None, use_errno=True)
-    for cap in (1, 2):                                # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
-        if libc.prctl(24, cap, 0, 0, 0) != 0:         # PR_CAPBSET_DROP
+    for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
@@ -108,12 +109,19 @@ def test_unreadable_file(gguf, tmp_path):
             with pytest.raises(ModelLoadError, match="Permission denied"):
                 pymtp.load(path)
             return
-        code = ("import pymtp\n"
-                "try:\n    pymtp.load(%r)\nexcept pymtp.ModelLoadError as e:\n    print('REFUSED', e)\n"
-                "else:\n    print('LOADED')\n") % str(path)
+        code = (
+            "import pymtp\n"
+            "try:\n    pymtp.load(%r)\nexcept pymtp.ModelLoadError as e:\n    print('REFUSED', e)\n"
+            "else:\n    print('LOADED')\n"
+        ).replace("%r", repr(str(path)))
         try:
-            r = subprocess.run([sys.executable, "-c", code], preexec_fn=_drop_file_capabilities,
-                               capture_output=True, text=True, timeout=120)
+            r = subprocess.run(
+                [sys.executable, "-c", code],
+                preexec_fn=_drop_file_capabilities,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
         except (OSError, subprocess.SubprocessError) as e:
             pytest.skip(f"running as root and cannot drop CAP_DAC_OVERRIDE ({e}): chmod 000 does not block root")
         assert r.returncode == 0, r.stderr[-2000:]
@@ -124,14 +132,18 @@ def test_unreadable_file(gguf, tmp_path):
         path.chmod(0o644)
 
 
-@pytest.mark.parametrize("content,match", [
-    (b"GGUF", "corrupt or truncated"),                              # magic only
-    (b"GGUF\x03\x00\x00\x00" + b"\xff" * 16, "corrupt or truncated"),  # absurd tensor / kv counts
-    (b"GGUF" + bytes(range(7, 71)), "corrupt or truncated"),
-    (b'{"not": "a gguf"}', "not a GGUF"),
-    ("header", "corrupt or truncated"),                             # cut inside the metadata
-    ("tensor-data", "could not load"),                              # cut inside the weights
-], ids=["magic-only", "huge-counts", "junk-after-magic", "json", "cut-in-metadata", "cut-in-weights"])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        (b"GGUF", "corrupt or truncated"),  # magic only
+        (b"GGUF\x03\x00\x00\x00" + b"\xff" * 16, "corrupt or truncated"),  # absurd tensor / kv counts
+        (b"GGUF" + bytes(range(7, 71)), "corrupt or truncated"),
+        (b'{"not": "a gguf"}', "not a GGUF"),
+        ("header", "corrupt or truncated"),  # cut inside the metadata
+        ("tensor-data", "could not load"),  # cut inside the weights
+    ],
+    ids=["magic-only", "huge-counts", "junk-after-magic", "json", "cut-in-metadata", "cut-in-weights"],
+)
 def test_truncated_and_non_gguf_files(gguf, tmp_path, load, fresh, content, match):
     path = tmp_path / "bad.gguf"
     if isinstance(content, str):
@@ -143,7 +155,7 @@ def test_truncated_and_non_gguf_files(gguf, tmp_path, load, fresh, content, matc
         pymtp.generate("hi", str(path))
     with pytest.raises(ModelLoadError, match=match):
         pymtp.load(path)
-    assert_healthy(load(), fresh)                     # the process is fine
+    assert_healthy(load(), fresh)  # the process is fine
 
 
 def _write_gguf(path, arch: str, *, trunk: bool = True):
@@ -164,12 +176,15 @@ def _write_gguf(path, arch: str, *, trunk: bool = True):
     w.add_uint32(f"{arch}.attention.head_count_kv", n_head)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
     w.add_uint32(f"{arch}.rope.dimension_count", n_embd // n_head)
-    add_byte_bpe_vocab(w, tokens, merges, types, bos=tokens.index("<|bos|>"), eos=tokens.index("<|eos|>"),
-                       add_bos=True)
+    add_byte_bpe_vocab(w, tokens, merges, types, bos=tokens.index("<|bos|>"), eos=tokens.index("<|eos|>"), add_bos=True)
 
     def t(name, *shape):
-        w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32) if len(shape) > 1
-                     else np.ones(shape, dtype=np.float32))
+        w.add_tensor(
+            name,
+            (rng.standard_normal(shape) * 0.1).astype(np.float32)
+            if len(shape) > 1
+            else np.ones(shape, dtype=np.float32),
+        )
 
     t("token_embd.weight", n_vocab, n_embd)
     t("output_norm.weight", n_embd)
@@ -201,9 +216,11 @@ def test_architecture_without_an_mtp_graph(tmp_path):
     path = _write_gguf(tmp_path / "llama.gguf", "llama")
     with pymtp.load(path, n_ctx=N_CTX) as m:
         assert m.architecture == "llama" and m.n_mtp_layers == 0 and not m.mtp_loaded
-        for call in (lambda: pymtp.generate("hi", m, max_tokens=4),
-                     lambda: list(pymtp.stream("hi", m, max_tokens=4)),
-                     lambda: pymtp.generate("hi", m, max_tokens=4, speculative={"n_draft": 2})):
+        for call in (
+            lambda: pymtp.generate("hi", m, max_tokens=4),
+            lambda: list(pymtp.stream("hi", m, max_tokens=4)),
+            lambda: pymtp.generate("hi", m, max_tokens=4, speculative={"n_draft": 2}),
+        ):
             with pytest.raises(UnsupportedError, match="speculative=False"):
                 call()
         r = pymtp.generate("hi", m, max_tokens=4, speculative=False, ignore_eos=True)
@@ -217,7 +234,7 @@ def test_speculation_without_mtp_blocks(gguf, fresh, how, same_greedy):
         with pytest.raises(UnsupportedError, match=r"no MTP blocks.*speculative=False"):
             pymtp.generate("Hello", m, max_tokens=8)
         plain = pymtp.generate("Hello", m, max_tokens=8, speculative=False)
-        if how == "mtp-not-loaded":      # the same trunk: the same greedy text as with speculation
+        if how == "mtp-not-loaded":  # the same trunk: the same greedy text as with speculation
             same_greedy(m, plain.prompt_tokens, fresh("glm4moe", "Hello", max_tokens=8), plain.tokens)
 
 
@@ -260,30 +277,33 @@ def test_max_tokens_past_the_context_ends_cleanly(load, family, speculative):
     assert "".join(s) == s.result.text and s.result.tokens == r.tokens
 
 
-@pytest.mark.parametrize("kwargs,field", [
-    ({"temperature": -0.1}, "temperature"),
-    ({"temperature": "hot"}, "temperature"),
-    ({"temperature": float("nan")}, "temperature"),
-    ({"top_k": -1}, "top_k"),
-    ({"top_k": 1.5}, "top_k"),
-    ({"top_p": 0.0}, "top_p"),
-    ({"top_p": 1.01}, "top_p"),
-    ({"min_p": 1.0}, "min_p"),
-    ({"repetition_penalty": 0}, "repetition_penalty"),
-    ({"seed": -1}, "seed"),
-    ({"seed": "abc"}, "seed"),
-    ({"max_tokens": 0}, "max_tokens"),
-    ({"max_tokens": None}, "max_tokens"),
-    ({"stop": [""]}, "stop"),
-    ({"stop": 5}, "stop"),
-    ({"ignore_eos": "maybe"}, "ignore_eos"),
-    ({"speculative": {"n_draft": 0}}, "n_draft"),
-    ({"speculative": {"n_draft": 99}}, "n_draft"),
-    ({"speculative": {"p_min": 1.5}}, "p_min"),
-    ({"speculative": {"n_min": 4, "n_draft": 2}}, "n_min"),
-    ({"speculative": {"cooldown": -1}}, "cooldown"),
-    ({"speculative": {"no_such_option": 1}}, "no_such_option"),
-])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"temperature": -0.1}, "temperature"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"top_k": -1}, "top_k"),
+        ({"top_k": 1.5}, "top_k"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.01}, "top_p"),
+        ({"min_p": 1.0}, "min_p"),
+        ({"repetition_penalty": 0}, "repetition_penalty"),
+        ({"seed": -1}, "seed"),
+        ({"seed": "abc"}, "seed"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": None}, "max_tokens"),
+        ({"stop": [""]}, "stop"),
+        ({"stop": 5}, "stop"),
+        ({"ignore_eos": "maybe"}, "ignore_eos"),
+        ({"speculative": {"n_draft": 0}}, "n_draft"),
+        ({"speculative": {"n_draft": 99}}, "n_draft"),
+        ({"speculative": {"p_min": 1.5}}, "p_min"),
+        ({"speculative": {"n_min": 4, "n_draft": 2}}, "n_min"),
+        ({"speculative": {"cooldown": -1}}, "cooldown"),
+        ({"speculative": {"no_such_option": 1}}, "no_such_option"),
+    ],
+)
 def test_invalid_parameters_name_the_field(load, kwargs, field):
     for call in (pymtp.generate, pymtp.stream):
         with pytest.raises(ValidationError) as e:
@@ -298,16 +318,19 @@ def test_speculative_of_the_wrong_type(load, bad):
         pymtp.generate("Hello", load(), speculative=bad)
 
 
-@pytest.mark.parametrize("prompt,match", [
-    ([1, 2, 304], "prompt token 304 at position 2 is out of range"),   # checked before any decode
-    ([304, 1, 2], "prompt token 304 at position 0 is out of range"),
-    ([1, -1, 2], "out of range"),
-    ([1, 2**40], "out of range"),
-    ([1, "2"], "item 1 is str '2'"),                        # text is not a token id
-    ([1.5, 2], "item 0 is float 1.5"),
-    ([1, None], "item 1 is NoneType"),
-    ([1, True], "item 1 is bool"),
-])
+@pytest.mark.parametrize(
+    "prompt,match",
+    [
+        ([1, 2, 304], "prompt token 304 at position 2 is out of range"),  # checked before any decode
+        ([304, 1, 2], "prompt token 304 at position 0 is out of range"),
+        ([1, -1, 2], "out of range"),
+        ([1, 2**40], "out of range"),
+        ([1, "2"], "item 1 is str '2'"),  # text is not a token id
+        ([1.5, 2], "item 0 is float 1.5"),
+        ([1, None], "item 1 is NoneType"),
+        ([1, True], "item 1 is bool"),
+    ],
+)
 def test_token_ids_out_of_range_in_the_prompt(load, fresh, prompt, match):
     m = load()
     if match is None:
@@ -328,13 +351,13 @@ def test_positions_past_the_context_in_the_low_level_api(load):
             d.decode([1, 2], t.n_ctx - 1, row, row)
         with pytest.raises(ValueError, match="do not fit the context"):
             t.decode([1], 2**31 - 1)
-        t.seq_rm(t.n_ctx + 100)                       # past the end: removes nothing
+        t.seq_rm(t.n_ctx + 100)  # past the end: removes nothing
         spec = MTPSpeculator(t, d)
         with pytest.raises(ValueError, match="does not fit the context"):
             spec.start([1] * t.n_ctx)
         with pytest.raises(ValueError, match="out of range"):
-            spec.start([m.n_vocab, 1, 2])                 # the prefill checks the ids it decodes
-        spec.start([1, 2, m.n_vocab])                     # the last token waits for the first step
+            spec.start([m.n_vocab, 1, 2])  # the prefill checks the ids it decodes
+        spec.start([1, 2, m.n_vocab])  # the last token waits for the first step
         with pytest.raises(ValueError, match="out of range"):
             spec.step()
         spec.start([1, 2, 3])
@@ -350,28 +373,42 @@ def test_calls_on_a_closed_model(gguf):
     next(iter(s))
     m.close()
     with pytest.raises(InvalidHandleError, match="closed"):
-        list(s)                                       # the stream notices at its next step
-    for call in (lambda: pymtp.generate("Hello", m), lambda: pymtp.stream("Hello", m),
-                 lambda: pymtp.generate([1, 2], m), lambda: m.tokenize("x"), lambda: m.detokenize([1]),
-                 lambda: m.is_eog(1), lambda: m.token_bytes(1)):
+        list(s)  # the stream notices at its next step
+    for call in (
+        lambda: pymtp.generate("Hello", m),
+        lambda: pymtp.stream("Hello", m),
+        lambda: pymtp.generate([1, 2], m),
+        lambda: m.tokenize("x"),
+        lambda: m.detokenize([1]),
+        lambda: m.is_eog(1),
+        lambda: m.token_bytes(1),
+    ):
         with pytest.raises(InvalidHandleError, match="closed"):
             call()
-    m.close()                                         # idempotent
+    m.close()  # idempotent
 
 
 def test_calls_on_closed_contexts(load, fresh):
     m = load()
     t = TargetContext(m, n_ctx=32)
     d = DraftContext(t)
-    spec = MTPSpeculator(t, d, spec=SpecConfig(policy="fixed"))      # one that drafts
+    spec = MTPSpeculator(t, d, spec=SpecConfig(policy="fixed"))  # one that drafts
     spec.start([1, 2, 3])
     d.close()
     with pytest.raises(InvalidHandleError, match="DraftContext is closed"):
         spec.step()
     t.close()
-    for call in (lambda: spec.start([1, 2]), lambda: t.decode([1], 0), lambda: t.logits(), lambda: t.hidden(),
-                 lambda: t.seq_rm(0), lambda: t.pos_max(), lambda: t.checkpoint_save(), lambda: d.decode([1], 1, None),
-                 lambda: DraftContext(t)):
+    for call in (
+        lambda: spec.start([1, 2]),
+        lambda: t.decode([1], 0),
+        lambda: t.logits(),
+        lambda: t.hidden(),
+        lambda: t.seq_rm(0),
+        lambda: t.pos_max(),
+        lambda: t.checkpoint_save(),
+        lambda: d.decode([1], 1, None),
+        lambda: DraftContext(t),
+    ):
         with pytest.raises((InvalidHandleError, ValueError)):
             call()
     # closing the contexts a Model generates with: the next call makes new ones
@@ -426,7 +463,7 @@ def test_keyboard_interrupt_inside_a_step(monkeypatch, load, fresh, family, part
             calls = _raise_on_call(mp, owner, _STEP_PARTS[part][1], n)
             with pytest.raises(KeyboardInterrupt):
                 pymtp.generate("The quick brown fox", m, **kw)
-            assert calls[0] >= n                # the n-th raised (the cleanup may call it again)
+            assert calls[0] >= n  # the n-th raised (the cleanup may call it again)
         assert pymtp.generate("The quick brown fox", m, **kw).tokens == want
     assert_healthy(m, fresh, family)
 
@@ -448,7 +485,7 @@ def test_sigint_at_random_moments(load, fresh):
             timer.start()
             pymtp.generate("Hello", m, **kw)
             timer.join()
-            time.sleep(0.05)                          # a signal that came late lands here
+            time.sleep(0.05)  # a signal that came late lands here
         except KeyboardInterrupt:
             interrupted += 1
         finally:
@@ -465,7 +502,7 @@ def test_consumer_raising_inside_a_stream_loop(load, fresh, exc):
     kw = dict(max_tokens=40, ignore_eos=True)
     want = fresh("glm4moe", "Hello", **kw)
     with pytest.raises(exc):
-        for i, piece in enumerate(pymtp.stream("Hello", m, **kw)):
+        for i, _piece in enumerate(pymtp.stream("Hello", m, **kw)):
             if i == 3:
                 raise exc("consumer gave up")
     assert pymtp.generate("Hello", m, **kw).tokens == want
@@ -478,9 +515,9 @@ def test_abandoned_and_closed_streams(load, fresh):
     want = fresh("glm4moe", "Hello", **kw)
     old = pymtp.stream("Hello", m, **kw)
     first = next(iter(old))
-    assert pymtp.generate("Hello", m, **kw).tokens == want      # a new generation on the model
+    assert pymtp.generate("Hello", m, **kw).tokens == want  # a new generation on the model
     with pytest.raises(PymtpError, match="interrupted"):
-        next(old)                                               # the old stream knows
+        next(old)  # the old stream knows
     closed = pymtp.stream("Hello", m, **kw)
     next(iter(closed))
     closed.close()
@@ -526,7 +563,7 @@ def test_threads_sharing_one_model(load, fresh, family):
     for _ in range(3):
         outcomes += _run_threads(4, lambda i: (PROMPTS[i], pymtp.generate(PROMPTS[i], m, **kw).tokens))
     n_ok = 0
-    for i, r in enumerate(outcomes):
+    for _i, r in enumerate(outcomes):
         if isinstance(r, PymtpError):
             assert "interrupted" in str(r), r
         else:
@@ -547,6 +584,7 @@ def test_a_generation_landing_between_another_threads_steps(load, fresh, monkeyp
     still get its result: acceptable, but not what the docs promise.) Other text is never fine."""
 
     from pymtp.session import Session
+
     m = load()
     kw = dict(max_tokens=30, ignore_eos=True)
     want_a, want_b = fresh("glm4moe", "Hello", **kw), fresh("glm4moe", "1, 2, 3,", **kw)
@@ -562,12 +600,13 @@ def test_a_generation_landing_between_another_threads_steps(load, fresh, monkeyp
         if threading.current_thread().name == "A" and "started" not in results:
             results["started"] = True
             threading.Thread(target=run_b, name="B").start()
-            b_done.wait(1.0)             # B generates now, or waits for A's lock (serialized)
+            b_done.wait(1.0)  # B generates now, or waits for A's lock (serialized)
         return original(session, tok)
 
     monkeypatch.setattr(Session, "piece", piece)
-    a = threading.Thread(target=lambda: results.__setitem__("a", _safe(
-        lambda _: pymtp.generate("Hello", m, **kw).tokens)), name="A")
+    a = threading.Thread(
+        target=lambda: results.__setitem__("a", _safe(lambda _: pymtp.generate("Hello", m, **kw).tokens)), name="A"
+    )
     a.start()
     a.join(60)
     assert b_done.wait(60)
@@ -582,7 +621,7 @@ def test_threads_streaming_alternately_see_interrupted_not_garbage(load, fresh):
     a, b = (pymtp.stream(p, m, **kw) for p in PROMPTS[:2])
     ia, ib = iter(a), iter(b)
     next(ia)
-    next(ib)                    # b's generation starts: a is over
+    next(ib)  # b's generation starts: a is over
     with pytest.raises(PymtpError, match="interrupted"):
         next(ia)
     rest = list(ib)
@@ -651,7 +690,7 @@ def test_a_thousand_generate_calls_do_not_grow_memory(load, fresh):
     m = load()
     kw = dict(max_tokens=2, ignore_eos=True)
     want = {p: fresh("glm4moe", p, **kw) for p in PROMPTS}
-    for i in range(100):                              # warm-up: caches, allocator pools
+    for i in range(100):  # warm-up: caches, allocator pools
         pymtp.generate(PROMPTS[i % 4], m, **kw)
     base = rss_bytes()
     for i in range(1000):
@@ -698,7 +737,7 @@ def test_greedy_output_survives_context_reuse(load, fresh, family):
     kw = dict(max_tokens=16, ignore_eos=True)
     want = {p: fresh(family, p, **kw) for p in PROMPTS}
     for rnd in range(2):
-        for p in (PROMPTS if rnd % 2 == 0 else PROMPTS[::-1]):
+        for p in PROMPTS if rnd % 2 == 0 else PROMPTS[::-1]:
             for spec in (True, False, {"n_draft": 2, "adaptive": False}):
                 assert pymtp.generate(p, m, speculative=spec, **kw).tokens == want[p], (rnd, p, spec)
 

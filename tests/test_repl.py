@@ -53,8 +53,22 @@ def assistant(text):
 
 
 def test_commands(capsys, monkeypatch, fixture_model, models):
-    read = script(monkeypatch, ["/stats", "/help", "Hello", "/stats", "/frobnicate now", "//etc", "/reset",
-                                "Hello", "/stats", "/exit", "never read"])
+    read = script(
+        monkeypatch,
+        [
+            "/stats",
+            "/help",
+            "Hello",
+            "/stats",
+            "/frobnicate now",
+            "//etc",
+            "/reset",
+            "Hello",
+            "/stats",
+            "/exit",
+            "never read",
+        ],
+    )
     rc = main(["chat", "-m", fixture_model, "--template", "chatml", "-n", "6", "--system", SYSTEM])
     cap = capsys.readouterr()
     assert rc == EXIT_OK and "never read" not in read
@@ -70,13 +84,14 @@ def test_commands(capsys, monkeypatch, fixture_model, models):
     stats = [ln for ln in cap.err.splitlines() if "tok/s" in ln]
     assert len(stats) == 2 and all("finish: length" in ln for ln in stats)
     reused = [int(re.search(r"reused (\d+) of (\d+) prompt tokens", ln).group(1)) for ln in stats]
-    assert reused[0] == 0 and reused[1] > 0        # after /reset the cached system prompt is reused
+    assert reused[0] == 0 and reused[1] > 0  # after /reset the cached system prompt is reused
 
 
 def test_ctrl_c_at_the_prompt(capsys, monkeypatch, fixture_model, models):
     # one Ctrl-C clears the line and goes on; two in a row exit
-    read = script(monkeypatch, ["Hello", KeyboardInterrupt, "How are you?", KeyboardInterrupt,
-                                KeyboardInterrupt, "never read"])
+    read = script(
+        monkeypatch, ["Hello", KeyboardInterrupt, "How are you?", KeyboardInterrupt, KeyboardInterrupt, "never read"]
+    )
     assert main(["chat", "-m", fixture_model, "--template", "chatml", "-n", "6"]) == EXIT_OK
     cap = capsys.readouterr()
     assert read == ["Hello", "How are you?"]
@@ -114,8 +129,9 @@ def _message(repl: ChatRepl, n_tokens: int, tag: str) -> str:
 
 def test_conversation_outgrows_the_context(capsys, monkeypatch, gguf):
     with pymtp.load(gguf("glm4moe"), n_ctx=256) as session:
-        repl = ChatRepl(session, dict(max_tokens=24, ignore_eos=True, speculative=True), template="chatml",
-                        system=SYSTEM)
+        repl = ChatRepl(
+            session, dict(max_tokens=24, ignore_eos=True, speculative=True), template="chatml", system=SYSTEM
+        )
         assert session.target.n_ctx == 256
         msgs = [_message(repl, 60, f"turn{i}") for i in range(8)]
         read = script(monkeypatch, msgs)
@@ -137,16 +153,17 @@ def test_conversation_outgrows_the_context(capsys, monkeypatch, gguf):
 
 def test_reply_reaches_the_context_end(capsys, monkeypatch, gguf):
     with pymtp.load(gguf("glm4moe"), n_ctx=256) as session:
-        repl = ChatRepl(session, dict(max_tokens=100, ignore_eos=True, speculative=True), template="chatml",
-                        show_stats=True)
-        long_msg = _message(repl, 220, "long")      # leaves less room than max_tokens: sent anyway
-        too_long = _message(repl, 300, "huge")      # cannot fit at all: not sent
+        repl = ChatRepl(
+            session, dict(max_tokens=100, ignore_eos=True, speculative=True), template="chatml", show_stats=True
+        )
+        long_msg = _message(repl, 220, "long")  # leaves less room than max_tokens: sent anyway
+        too_long = _message(repl, 300, "huge")  # cannot fit at all: not sent
         read = script(monkeypatch, [long_msg, "/stats", "short", too_long, "/exit"])
         assert repl.run() == EXIT_OK
         err = capsys.readouterr().err
         assert len(read) == 5
         assert "(the reply stopped at the end of the context)" in err and "finish: context" in err
-        assert "dropped the oldest 1 turn)" in err               # for "short"
+        assert "dropped the oldest 1 turn)" in err  # for "short"
         assert "(not sent: this message makes a prompt of" in err and "the context holds 256" in err
         assert [x["content"] for x in repl.history if x["role"] == "user"] == ["short"]
         assert repl.last.finish_reason == "length"
@@ -155,8 +172,10 @@ def test_reply_reaches_the_context_end(capsys, monkeypatch, gguf):
 # ---- a real terminal -------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed: the real-terminal REPL test "
-                                                         "drives `pymtp chat` with tmux send-keys / capture-pane")
+@pytest.mark.skipif(
+    shutil.which("tmux") is None,
+    reason="tmux is not installed: the real-terminal REPL test drives `pymtp chat` with tmux send-keys / capture-pane",
+)
 def test_repl_in_tmux(tmp_path):
     sock = str(tmp_path / "tmux.sock")
 
@@ -180,11 +199,16 @@ def test_repl_in_tmux(tmp_path):
         lines = [ln for ln in text.splitlines() if ln.strip()]
         return lines[-1] if lines else ""
 
-    cmd = (f"{shlex.quote(sys.executable)} -m pymtp chat -m tiny --template llama3 -n 400 --ignore-eos -c 512; "
-           "echo \"[exit $?]\"; sleep 60")
+    cmd = (
+        f"{shlex.quote(sys.executable)} -m pymtp chat -m tiny --template llama3 -n 400 --ignore-eos -c 512; "
+        'echo "[exit $?]"; sleep 60'
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    subprocess.run(["tmux", "-S", sock, "-f", os.devnull, "new-session", "-d", "-s", "repl", "-x", "120", "-y", "40",
-                    cmd], check=True, env=env)
+    subprocess.run(
+        ["tmux", "-S", sock, "-f", os.devnull, "new-session", "-d", "-s", "repl", "-x", "120", "-y", "40", cmd],
+        check=True,
+        env=env,
+    )
     try:
         wait_for(lambda s: "/help for commands" in s and prompt_line(s) == ">", "the banner and prompt")
         tmux("send-keys", "-t", "repl", "/help", "Enter")

@@ -22,7 +22,8 @@ EXTRAS = {"speculative", "constraint", "json_schema", "grammar", "logits_process
 
 def test_generate_options_are_the_settings_fields_and_the_output_options():
     assert set(GenerateOptions.__annotations__) == (
-        set(SamplingConfig.model_fields) | set(GenerationConfig.model_fields) | EXTRAS)
+        set(SamplingConfig.model_fields) | set(GenerationConfig.model_fields) | EXTRAS
+    )
 
 
 def test_generate_and_stream_share_one_signature():
@@ -45,8 +46,18 @@ def test_unknown_keywords_are_type_errors_naming_the_closest(models):
 
 def test_resolve_builds_the_frozen_configs(models):
     m = models("glm4moe")
-    r = resolve({"temperature": 0.5, "seed": 3, "max_tokens": 9, "stop": "x", "logit_bias": {4: 1.0},
-                 "speculative": {"n_draft": 2}, "top_logprobs": 2}, m)
+    r = resolve(
+        {
+            "temperature": 0.5,
+            "seed": 3,
+            "max_tokens": 9,
+            "stop": "x",
+            "logit_bias": {4: 1.0},
+            "speculative": {"n_draft": 2},
+            "top_logprobs": 2,
+        },
+        m,
+    )
     assert r.sampling == SamplingConfig(temperature=0.5, seed=3, logit_bias={4: 1.0})
     assert r.limits == GenerationConfig(max_tokens=9, stop=("x",))
     assert r.spec == SpecConfig(n_draft=2) and r.spec.model_fields_set == SpecConfig(n_draft=2).model_fields_set
@@ -79,9 +90,13 @@ def test_resolve_checks_what_depends_on_the_model(models, gguf):
 
 def test_bad_values_name_their_field(models):
     m = models("glm4moe")
-    for options, field in (({"temperature": 101}, "temperature"), ({"max_tokens": None}, "max_tokens"),
-                           ({"stop": [""]}, "stop"), ({"logit_bias": {"x": 1}}, "logit_bias"),
-                           ({"speculative": {"n_draft": 0}}, "n_draft")):
+    for options, field in (
+        ({"temperature": 101}, "temperature"),
+        ({"max_tokens": None}, "max_tokens"),
+        ({"stop": [""]}, "stop"),
+        ({"logit_bias": {"x": 1}}, "logit_bias"),
+        ({"speculative": {"n_draft": 0}}, "n_draft"),
+    ):
         with pytest.raises(ValidationError) as e:
             resolve(options, m)
         assert e.value.errors()[0]["loc"] == (field,), options
@@ -130,7 +145,7 @@ def test_the_server_request_fields_are_the_settings_fields():
     for model in (SamplingConfig, SpecConfig, GenerationConfig):
         for name, info in model.model_fields.items():
             assert name in fields, name
-            if name not in ("logit_bias", "stop"):          # OpenAI's wire forms
+            if name not in ("logit_bias", "stop"):  # OpenAI's wire forms
                 assert fields[name].default is None
                 assert fields[name].description == info.description
                 inner = [a for a in fields[name].annotation.__args__ if a is not type(None)][0]
@@ -179,8 +194,11 @@ def test_server_model_without_mtp_blocks(gguf):
 
     from pymtp.server import create_app
 
-    with pymtp.load(gguf("glm4moe-nomtp"), n_ctx=128) as plain, \
-            TestClient(create_app(plain, model_name="m", parallel=1)) as client:
+    with (
+        pymtp.load(gguf("glm4moe-nomtp"), n_ctx=128) as plain,
+        TestClient(create_app(plain, model_name="m", parallel=1)) as client,
+    ):
+
         def post(**extra):
             return client.post("/v1/completions", content=json.dumps({"prompt": "hi", "max_tokens": 3, **extra}))
 

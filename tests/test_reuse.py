@@ -34,7 +34,7 @@ def test_reuse_equals_fresh_start(family, models, same_greedy):
     kw = spec_kw(s)
     p1 = s.tokenize("def parse(line):\n    ")
     r1 = pymtp.generate(p1, s, **kw)
-    cached = len(p1) + len(r1.tokens) - 1           # what the target KV holds after turn 1
+    cached = len(p1) + len(r1.tokens) - 1  # what the target KV holds after turn 1
 
     # 1. The next prompt extends the cached text (a chat's next turn).
     p2 = p1 + r1.tokens + s.tokenize("\n\nclass Reader:", add_special=False)
@@ -43,7 +43,7 @@ def test_reuse_equals_fresh_start(family, models, same_greedy):
     same_greedy(s, p2, r2.tokens, fresh(s, p2, **kw).tokens)
 
     # 2. It shares only part of the cached text.
-    p3 = p2[:len(p1) + 2] + s.tokenize(" return None  # done", add_special=False)
+    p3 = p2[: len(p1) + 2] + s.tokenize(" return None  # done", add_special=False)
     r3 = pymtp.generate(p3, s, **kw)
     if family in RECURRENT:
         assert r3.stats.n_reused == 0 and "recurrent state" in r3.stats.reuse_miss
@@ -65,7 +65,7 @@ def test_alternating_conversations(family, models, same_greedy):
     s = models(family)
     kw = spec_kw(s)
     convs = [s.tokenize("def add(a, b):"), s.tokenize("# A tiny web server\nimport")]
-    for turn in range(3):
+    for _turn in range(3):
         for i, conv in enumerate(convs):
             r = pymtp.generate(conv, s, **kw)
             same_greedy(s, conv, r.tokens, fresh(s, conv, **kw).tokens)
@@ -75,7 +75,7 @@ def test_alternating_conversations(family, models, same_greedy):
 
 @pytest.fixture(scope="module")
 def tiny():
-    with pymtp.load("tiny", n_ctx=512) as s:      # a trained model: its output depends on the context
+    with pymtp.load("tiny", n_ctx=512) as s:  # a trained model: its output depends on the context
         yield s
 
 
@@ -102,11 +102,11 @@ def test_a_wrong_reuse_is_caught(tiny, same_greedy, monkeypatch):
 
 def test_foreign_writes_void_the_cache(models, same_greedy):
     s = models("glm4moe")
-    s.prompt_cache.clear()               # saved texts of earlier tests would serve the prompt
+    s.prompt_cache.clear()  # saved texts of earlier tests would serve the prompt
     kw = spec_kw(s)
     p = s.tokenize("def parse(line):")
     r1 = pymtp.generate(p, s, **kw)
-    s.target.seq_rm(3)                   # someone else cuts the KV
+    s.target.seq_rm(3)  # someone else cuts the KV
     p2 = p + r1.tokens
     r2 = pymtp.generate(p2, s, **kw)
     assert r2.stats.n_reused == 0 and "something else" in r2.stats.reuse_miss
@@ -118,7 +118,7 @@ def test_plain_and_speculative_do_not_share_a_cache(models, same_greedy):
     p = s.tokenize("def parse(line):")
     pymtp.generate(p, s, max_tokens=N, speculative=True)
     r = pymtp.generate(p, s, max_tokens=N, speculative=False)
-    assert r.stats.n_reused == 0                       # a new speculator: full prefill
+    assert r.stats.n_reused == 0  # a new speculator: full prefill
     r2 = pymtp.generate(p, s, max_tokens=N, speculative=False)
     assert r2.stats.n_reused == len(p) - 1
     assert r2.tokens == r.tokens
@@ -126,6 +126,7 @@ def test_plain_and_speculative_do_not_share_a_cache(models, same_greedy):
 
 def test_chat_turns_prefill_only_the_new_messages(gguf):
     from conftest import CHATML
+
     with pymtp.load(gguf("glm4moe"), n_ctx=512) as s:
         msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]
         r1 = pymtp.chat(msgs, s, template=CHATML, max_tokens=6, ignore_eos=True)
@@ -148,10 +149,12 @@ def test_memory_stays_bounded_over_1000_alternating_conversations(gguf):
 
 def _alternate_1000(s):
     system = "# Helpers for the parser module, shared by both conversations\n"
-    own = ("def add(a, b):\n    # add two numbers and return the sum of both\n    return a + b\n",
-           "class Stack:\n    def __init__(self):\n        self.items = []  # the stack's items\n")
+    own = (
+        "def add(a, b):\n    # add two numbers and return the sum of both\n    return a + b\n",
+        "class Stack:\n    def __init__(self):\n        self.items = []  # the stack's items\n",
+    )
     convs = [s.tokenize(system + text) for text in own]
-    for i in range(50):                                   # warm up allocators and caches
+    for i in range(50):  # warm up allocators and caches
         pymtp.generate(convs[i % 2], s, max_tokens=2)
     before = _rss_mb()
     for i in range(1000):

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 import pymtp
-from pymtp import SamplingConfig, SpecConfig, UnsupportedError
+from pymtp import SamplingConfig, SpecConfig
 from pymtp.rollback import N_RS_SNAPSHOTS, CheckpointTrim, KVTrim, n_rs_seq_for, rollback_for
 
 
@@ -43,7 +43,7 @@ def test_kv_trim_drops_positions():
     ctx = FakeContext()
     r = KVTrim(ctx)
     assert r.kind == "kv"
-    r.mark(5, [7, 8, 9])                      # nothing to save
+    r.mark(5, [7, 8, 9])  # nothing to save
     assert ctx.calls == []
     r.trim(6)
     r.trim(0)
@@ -54,9 +54,9 @@ def test_checkpoint_trim_restores_then_decodes_the_kept_prefix_again():
     ctx = FakeContext(recurrent=True)
     r = CheckpointTrim(ctx)
     assert r.kind == "checkpoint"
-    r.mark(5, [7, 8, 9])                      # a verify of [last, d1, d2] at 5, 6, 7
+    r.mark(5, [7, 8, 9])  # a verify of [last, d1, d2] at 5, 6, 7
     assert ctx.calls == [("checkpoint_save",)]
-    r.trim(7)                                 # keep [last, d1]
+    r.trim(7)  # keep [last, d1]
     assert ctx.calls[1:] == [("checkpoint_restore",), ("seq_rm", 5), ("decode", [7, 8], 5, [0, 1])]
 
 
@@ -64,17 +64,17 @@ def test_checkpoint_trim_to_the_mark_decodes_nothing():
     ctx = FakeContext(recurrent=True)
     r = CheckpointTrim(ctx)
     r.mark(5, [7, 8, 9])
-    r.trim(5)                                 # a step that failed: back to before the verify
+    r.trim(5)  # a step that failed: back to before the verify
     assert ctx.calls == [("checkpoint_save",), ("checkpoint_restore",), ("seq_rm", 5)]
 
 
 def test_checkpoint_trim_keeping_everything_or_unmarked_does_nothing():
     ctx = FakeContext(recurrent=True)
     r = CheckpointTrim(ctx)
-    r.trim(3)                                 # no mark: nothing decoded that could be dropped
+    r.trim(3)  # no mark: nothing decoded that could be dropped
     assert ctx.calls == []
     r.mark(5, [7, 8, 9])
-    r.trim(8)                                 # all of it kept
+    r.trim(8)  # all of it kept
     r.trim(9)
     assert ctx.calls == [("checkpoint_save",)]
 
@@ -84,21 +84,24 @@ def test_checkpoint_trim_restores_at_most_once_per_mark():
     r = CheckpointTrim(ctx)
     r.mark(5, [7, 8, 9])
     r.trim(6)
-    r.trim(5)                                 # the checkpoint is spent
+    r.trim(5)  # the checkpoint is spent
     assert ctx.calls == [("checkpoint_save",), ("checkpoint_restore",), ("seq_rm", 5), ("decode", [7], 5, [1])]
-    r.mark(6, [4, 2])                         # the next verify marks again
+    r.mark(6, [4, 2])  # the next verify marks again
     r.trim(6)
     assert ctx.calls[4:] == [("checkpoint_save",), ("checkpoint_restore",), ("seq_rm", 6)]
 
 
-@pytest.mark.parametrize("recurrent, n_rs_seq, is_draft, max_rollback, kind", [
-    (False, 0, False, 4, "kv"),               # attention: drop KV cells
-    (True, 4, False, 4, "kv"),                # hybrid with enough snapshots
-    (True, 4, False, 5, "checkpoint"),        # ... but not for drafts this long
-    (True, 0, False, 1, "checkpoint"),        # no snapshots
-    (True, 0, True, 4, "kv"),                 # a draft context only drops its own rows
-    (False, 0, False, 0, "kv"),
-])
+@pytest.mark.parametrize(
+    "recurrent, n_rs_seq, is_draft, max_rollback, kind",
+    [
+        (False, 0, False, 4, "kv"),  # attention: drop KV cells
+        (True, 4, False, 4, "kv"),  # hybrid with enough snapshots
+        (True, 4, False, 5, "checkpoint"),  # ... but not for drafts this long
+        (True, 0, False, 1, "checkpoint"),  # no snapshots
+        (True, 0, True, 4, "kv"),  # a draft context only drops its own rows
+        (False, 0, False, 0, "kv"),
+    ],
+)
 def test_rollback_for_chooses_once_per_context(recurrent, n_rs_seq, is_draft, max_rollback, kind):
     ctx = FakeContext(recurrent=recurrent, n_rs_seq=n_rs_seq, is_draft=is_draft)
     r = rollback_for(ctx, max_rollback)
@@ -170,6 +173,7 @@ INJECTIONS = {
     "twice": ("sampler", "verify", {3, 4}, lambda failed: len(failed[0][1]) > 0 and len(failed[1][1]) == 0),
 }
 
+
 def cases(wheres):
     return [pytest.param(family, where) for family in KINDS for where in wheres]
 
@@ -194,7 +198,7 @@ def test_a_failed_step_leaves_the_text_and_the_contexts_as_they_were(session, sa
             except Boom:
                 assert (sp.tokens, sp.n_past) == before
                 assert sp.target.pos_max() == sp.n_past - 1
-        got = sp.tokens[len(prompt):]
+        got = sp.tokens[len(prompt) :]
     assert len(failed) == len(calls) and check(failed)
     same_greedy(s.model, prompt, got, plain(s, prompt, N_NEW))
 
@@ -209,7 +213,7 @@ def test_a_failure_at_the_start_of_a_new_generation(session, same_greedy, family
     with s.lock:
         sp = s.speculator(SamplingConfig(), SpecConfig(n_draft=2, adaptive=False))
         sp.start(first)
-        for _ in range(60):                   # step until a draft is accepted in full
+        for _ in range(60):  # step until a draft is accepted in full
             r = sp.step()
             if r.drafted and r.n_accepted == len(r.drafted):
                 break
@@ -222,5 +226,5 @@ def test_a_failure_at_the_start_of_a_new_generation(session, same_greedy, family
         end = len(second) + N_NEW
         while len(sp.tokens) < end:
             sp.step(max_new=end - len(sp.tokens))
-        got = sp.tokens[len(second):]
+        got = sp.tokens[len(second) :]
     same_greedy(s.model, second, got, plain(s, second, N_NEW))

@@ -16,20 +16,20 @@ import time
 import pytest
 
 import pymtp
-from pymtp_testing import hosts as machine
 from pymtp.errors import ModelLoadError, PymtpError
+from pymtp_testing import hosts as machine
 from pymtp_testing.hosts import DelayProxy, Namespace, netns_unavailable
 
 N = 12
 WHY_NO_NETNS = netns_unavailable()
-DEEP = {"n_trunk": 6}     # six trunk blocks: every host gets some (the MTP block and the head stay here)
+DEEP = {"n_trunk": 6}  # six trunk blocks: every host gets some (the MTP block and the head stay here)
 
 
 @pytest.fixture(scope="module")
 def server_binary():
     try:
         return machine.rpc_server_binary()
-    except Exception as e:                  # a build failure is a failure, not a skip
+    except Exception as e:  # a build failure is a failure, not a skip
         pytest.fail(f"building ggml-rpc-server failed: {e}")
 
 
@@ -41,7 +41,7 @@ class Hosts:
         self.servers: list[machine.RPCServer] = []
         self.mode = "127.0.0.1" if WHY_NO_NETNS else "network namespaces"
         try:
-            for i in range(n):
+            for _i in range(n):
                 if WHY_NO_NETNS:
                     self.servers.append(machine.RPCServer(binary=binary))
                 else:
@@ -103,7 +103,7 @@ def test_a_split_model_decodes_as_one_process_does(family, gguf, hosts, same_gre
         assert spec.stats.n_drafted > 0
         same_greedy(s, prompt, spec.tokens, plain.tokens)
         same_greedy(s, prompt, spec.tokens, single_process(path, prompt, speculative=False))
-        if h.spaces:                                    # every host did run layers
+        if h.spaces:  # every host did run layers
             assert all(b > a + 10_000 for a, b in zip(before, h.bytes_each())), (before, h.bytes_each())
 
 
@@ -130,7 +130,7 @@ def test_the_mtp_block_stays_local_by_default(gguf, hosts, same_greedy):
     for local in (True, False):
         with pymtp.load(path, n_ctx=256, n_threads=1, rpc_servers=h.endpoints, mtp_local=local) as s:
             prompt = s.tokenize("class Stack:\n    def push(self, x):")
-            pymtp.generate(prompt, s, max_tokens=2, ignore_eos=True)          # warm: weights are there
+            pymtp.generate(prompt, s, max_tokens=2, ignore_eos=True)  # warm: weights are there
             b0 = h.bytes_crossed()
             r = pymtp.generate(prompt, s, max_tokens=N, ignore_eos=True, speculative={"n_draft": 3})
             crossed[local] = (h.bytes_crossed() - b0) / len(r.tokens)
@@ -146,7 +146,7 @@ def test_a_killed_server_raises_and_the_model_loads_again(gguf, hosts, server_bi
     prompt = s.tokenize("def parse(line):\n    ")
     stream = pymtp.stream(prompt, s, max_tokens=200, ignore_eos=True)
     next(iter(stream))
-    h.servers[1].kill()                                    # a host dies mid-generation
+    h.servers[1].kill()  # a host dies mid-generation
     t0 = time.monotonic()
     with pytest.raises(PymtpError, match="RPC server"):
         for _ in stream:
@@ -155,9 +155,10 @@ def test_a_killed_server_raises_and_the_model_loads_again(gguf, hosts, server_bi
     assert s.model.failed
     with pytest.raises(PymtpError, match="RPC server of this model failed earlier"):
         pymtp.generate(prompt, s, max_tokens=2)
-    s.close()                                              # no crash freeing memory of a dead host
-    h.servers[1] = machine.RPCServer(h.servers[1].host, h.servers[1].port, prefix=h.spaces[1].prefix if h.spaces else (),
-                                 binary=server_binary)
+    s.close()  # no crash freeing memory of a dead host
+    h.servers[1] = machine.RPCServer(
+        h.servers[1].host, h.servers[1].port, prefix=h.spaces[1].prefix if h.spaces else (), binary=server_binary
+    )
     with pymtp.load(path, n_ctx=256, n_threads=1, rpc_servers=h.endpoints) as s2:
         assert pymtp.generate(prompt, s2, max_tokens=N, ignore_eos=True).tokens == single_process(path, prompt)
 
@@ -169,11 +170,11 @@ def test_a_server_that_stops_answering_times_out(gguf, hosts):
     try:
         prompt = s.tokenize("for i in range(10):")
         pymtp.generate(prompt, s, max_tokens=2)
-        h.servers[0].proc.send_signal(signal.SIGSTOP)       # alive, silent
+        h.servers[0].proc.send_signal(signal.SIGSTOP)  # alive, silent
         t0 = time.monotonic()
         with pytest.raises(PymtpError, match="RPC server"):
             pymtp.generate(s.tokenize("while True:"), s, max_tokens=8, ignore_eos=True)
-        assert time.monotonic() - t0 < 2 * 3 + 5           # a few exchanges time out, no hang
+        assert time.monotonic() - t0 < 2 * 3 + 5  # a few exchanges time out, no hang
     finally:
         h.servers[0].proc.send_signal(signal.SIGCONT)
         s.close()
@@ -191,16 +192,22 @@ def test_latency_changes_the_time_not_the_text(gguf, hosts):
     assert r.tokens == single_process(path, prompt)
 
 
-@pytest.mark.parametrize("servers,match", [
-    (["localhost"], "host:port"), (["h:99999"], "host:port"), ([""], "host:port"), (["a:1,b:2"], "host:port"),
-])
+@pytest.mark.parametrize(
+    "servers,match",
+    [
+        (["localhost"], "host:port"),
+        (["h:99999"], "host:port"),
+        ([""], "host:port"),
+        (["a:1,b:2"], "host:port"),
+    ],
+)
 def test_bad_endpoints_are_refused_before_loading(gguf, servers, match):
     with pytest.raises(ValueError, match=match):
         pymtp.load(gguf("glm4moe"), rpc_servers=servers)
 
 
 def test_an_unreachable_server_is_a_load_error(gguf):
-    port = machine.free_port()                                 # nothing listens there
+    port = machine.free_port()  # nothing listens there
     with pytest.raises(ModelLoadError, match="connect"):
         pymtp.load(gguf("glm4moe"), rpc_servers=[f"127.0.0.1:{port}"], rpc_timeout=2)
 
@@ -221,12 +228,27 @@ def test_no_namespace_or_server_is_left_behind(server_binary):
 
 def test_the_command_line_takes_rpc_servers(gguf, hosts, capsys):
     from pymtp.cli import EXIT_OK, main
+
     path = gguf("glm4moe", **DEEP)
     h = hosts(2)
     before = h.bytes_each()
-    capsys.readouterr()                      # the fixture's mode line
-    rc = main(["generate", "-m", str(path), "-n", str(N), "--ignore-eos", "--rpc", ",".join(h.endpoints),
-               "--tensor-split", "1,1", "-q", "def f(x):"])
+    capsys.readouterr()  # the fixture's mode line
+    rc = main(
+        [
+            "generate",
+            "-m",
+            str(path),
+            "-n",
+            str(N),
+            "--ignore-eos",
+            "--rpc",
+            ",".join(h.endpoints),
+            "--tensor-split",
+            "1,1",
+            "-q",
+            "def f(x):",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == EXIT_OK
     with pymtp.load(path, n_ctx=256, n_threads=1) as s:

@@ -9,14 +9,13 @@ from itertools import product
 
 import numpy as np
 import pytest
+from test_distribution import P_EXACT, _residual_ignored, goodness_of_fit
 
 from pymtp import SamplingConfig
 from pymtp.sampling import Sampler
 from pymtp_testing.reference_sampling import reference_draw, reference_probs, softmax
 
-from test_distribution import P_EXACT, _residual_ignored, goodness_of_fit
-
-RTOL = 2e-6          # float32 probabilities (numpy's reference: float64)
+RTOL = 2e-6  # float32 probabilities (numpy's reference: float64)
 
 # Distinct values (no ties at any cut), positive and negative (the penalty treats them apart).
 ROW = np.array([2.0, -1.0, 0.5, 3.1, -0.2, 1.4, 0.9, -2.5], dtype=np.float32)
@@ -59,8 +58,9 @@ def test_top_p_on_a_hand_computed_row():
     # probabilities 0.5, 0.3, 0.15, 0.05: top-p 0.8 keeps the first two, 0.81 the first three
     row = np.log(np.array([0.3, 0.05, 0.5, 0.15]))
     np.testing.assert_allclose(probs(row, temperature=1.0, top_p=0.79), [0.375, 0, 0.625, 0], atol=1e-12)
-    np.testing.assert_allclose(probs(row, temperature=1.0, top_p=0.81), [0.3, 0, 0.5, 0.15] / np.float64(0.95),
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        probs(row, temperature=1.0, top_p=0.81), [0.3, 0, 0.5, 0.15] / np.float64(0.95), atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("min_p", [0.01, 0.1, 0.3, 0.9])
@@ -73,11 +73,11 @@ def test_min_p(min_p):
 
 @pytest.mark.parametrize("penalty", [0.5, 1.3, 3.0])
 def test_repetition_penalty(penalty):
-    history = [0, 1, 1, 4, 3]            # positive (0, 3) and negative (1, 4) logits; 1 repeated
+    history = [0, 1, 1, 4, 3]  # positive (0, 3) and negative (1, 4) logits; 1 repeated
     s = Sampler(SamplingConfig(temperature=1.0, repetition_penalty=penalty))
     want = ROW.astype(np.float64).copy()
-    want[[0, 3]] /= penalty               # a positive logit is divided
-    want[[1, 4]] *= penalty               # a negative one multiplied, once however often it occurs
+    want[[0, 3]] /= penalty  # a positive logit is divided
+    want[[1, 4]] *= penalty  # a negative one multiplied, once however often it occurs
     np.testing.assert_allclose(s.probs(ROW, history), softmax(want), rtol=RTOL)
     np.testing.assert_array_equal(ROW, np.array([2.0, -1.0, 0.5, 3.1, -0.2, 1.4, 0.9, -2.5], dtype=np.float32))
 
@@ -102,7 +102,7 @@ def test_presence_and_frequency_penalties(presence, frequency):
     want = reference_probs(ROW, history, presence=presence, frequency=frequency)
     np.testing.assert_allclose(got, want, rtol=RTOL)
     x = ROW.astype(np.float64).copy()
-    x[3] -= 3 * frequency + presence            # three occurrences, one presence
+    x[3] -= 3 * frequency + presence  # three occurrences, one presence
     x[[0, 6, 1]] -= frequency + presence
     np.testing.assert_allclose(got, softmax(x), rtol=RTOL)
 
@@ -112,24 +112,34 @@ def test_logit_bias():
     got = probs(ROW, [], temperature=1.0, logit_bias=bias)
     np.testing.assert_allclose(got, reference_probs(ROW, bias=bias), rtol=RTOL, atol=1e-12)
     assert got[3] < 1e-30 and got.argmax() == 1
-    s = Sampler(SamplingConfig(logit_bias={"5": 2.0}))        # JSON keys are strings
-    assert s.config.logit_bias == ((5, 2.0),) and s.choose(ROW, []) == 5      # 1.4 + 2 > 3.1: greedy sees it
+    s = Sampler(SamplingConfig(logit_bias={"5": 2.0}))  # JSON keys are strings
+    assert s.config.logit_bias == ((5, 2.0),) and s.choose(ROW, []) == 5  # 1.4 + 2 > 3.1: greedy sees it
     with pytest.raises(ValueError, match="outside the vocabulary"):
         Sampler(SamplingConfig(logit_bias={8: 1.0})).probs(ROW, [])
     with pytest.raises(ValueError, match="outside"):
         SamplingConfig(logit_bias={1: 101.0})
 
 
-@pytest.mark.parametrize("cfg", [
-    dict(temperature=0.9, top_k=5, top_p=0.9, min_p=0.05, repetition_penalty=1.5),
-    dict(temperature=1.7, top_k=6, top_p=0.7, repetition_penalty=0.8),
-    dict(temperature=0.5, top_p=0.99, min_p=0.2, repetition_penalty=2.0, repetition_window=2),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        dict(temperature=0.9, top_k=5, top_p=0.9, min_p=0.05, repetition_penalty=1.5),
+        dict(temperature=1.7, top_k=6, top_p=0.7, repetition_penalty=0.8),
+        dict(temperature=0.5, top_p=0.99, min_p=0.2, repetition_penalty=2.0, repetition_window=2),
+    ],
+)
 def test_the_transforms_in_order(cfg):
     history = [3, 5, 1, 3]
-    ref = reference_probs(ROW, history, temperature=cfg["temperature"], top_k=cfg.get("top_k", 0),
-                          top_p=cfg.get("top_p", 1.0), min_p=cfg.get("min_p", 0.0),
-                          penalty=cfg["repetition_penalty"], window=cfg.get("repetition_window", 64))
+    ref = reference_probs(
+        ROW,
+        history,
+        temperature=cfg["temperature"],
+        top_k=cfg.get("top_k", 0),
+        top_p=cfg.get("top_p", 1.0),
+        min_p=cfg.get("min_p", 0.0),
+        penalty=cfg["repetition_penalty"],
+        window=cfg.get("repetition_window", 64),
+    )
     np.testing.assert_allclose(probs(ROW, history, **cfg), ref, rtol=RTOL)
 
 
@@ -150,7 +160,7 @@ def test_draws_follow_the_distribution():
     p = reference_probs(ROW, temperature=1.5, top_k=5)
     s = Sampler(SamplingConfig(temperature=1.5, top_k=5, seed=7))
     counts = Counter(s.choose(ROW, []) for _ in range(20_000))
-    assert set(counts) <= set(np.flatnonzero(p))           # never a token of probability 0
+    assert set(counts) <= set(np.flatnonzero(p))  # never a token of probability 0
     assert goodness_of_fit(counts, dict(enumerate(p))) > P_EXACT
     # tokens whose logit is -inf are never drawn; the rest in proportion
     row = np.array([-np.inf, np.log(2.0), -np.inf, np.log(6.0)])
@@ -174,12 +184,15 @@ def test_a_seed_repeats_its_draws_and_other_seeds_differ():
     assert len({tuple(draws(seed)) for seed in range(5)}) == 5
 
 
-@pytest.mark.parametrize("cfg", [
-    dict(temperature=0.8),
-    dict(temperature=0.7, top_k=20, top_p=0.8, repetition_penalty=1.05),      # Qwen's settings
-    dict(temperature=1.0, top_p=0.95),
-    dict(temperature=1.3, min_p=0.05, presence_penalty=0.5),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        dict(temperature=0.8),
+        dict(temperature=0.7, top_k=20, top_p=0.8, repetition_penalty=1.05),  # Qwen's settings
+        dict(temperature=1.0, top_p=0.95),
+        dict(temperature=1.3, min_p=0.05, presence_penalty=0.5),
+    ],
+)
 def test_plain_sampling_draws_what_the_numpy_sampler_drew(cfg):
     """For a fixed seed, native sampling gives the same tokens as pymtp's former numpy sampler
     (its transform and draw are written out above): the same uniforms, the same inverse CDF."""
@@ -190,9 +203,16 @@ def test_plain_sampling_draws_what_the_numpy_sampler_drew(cfg):
     history: list[int] = []
     for _ in range(300):
         row = (rng.standard_normal(n_vocab) * 3).astype(np.float32)
-        p = reference_probs(row, history, temperature=cfg["temperature"], top_k=cfg.get("top_k", 0),
-                            top_p=cfg.get("top_p", 1.0), min_p=cfg.get("min_p", 0.0),
-                            penalty=cfg.get("repetition_penalty", 1.0), presence=cfg.get("presence_penalty", 0.0))
+        p = reference_probs(
+            row,
+            history,
+            temperature=cfg["temperature"],
+            top_k=cfg.get("top_k", 0),
+            top_p=cfg.get("top_p", 1.0),
+            min_p=cfg.get("min_p", 0.0),
+            penalty=cfg.get("repetition_penalty", 1.0),
+            presence=cfg.get("presence_penalty", 0.0),
+        )
         want = reference_draw(ref_rng, p)
         assert s.choose(row, history) == want
         history.append(want)
@@ -206,14 +226,29 @@ def test_the_native_transform_at_a_real_vocabulary_size(seed):
     n_vocab = 151_552
     row = (rng.standard_normal(n_vocab) * rng.uniform(1, 6)).astype(np.float32)
     history = rng.integers(0, n_vocab, size=80).tolist()
-    cfg = dict(temperature=float(rng.uniform(0.3, 1.5)), top_k=int(rng.choice([0, 20, 1000])),
-               top_p=float(rng.choice([1.0, 0.8, 0.95])), min_p=float(rng.choice([0.0, 0.05])),
-               repetition_penalty=float(rng.choice([1.0, 1.1])), presence_penalty=float(rng.choice([0.0, 0.4])),
-               frequency_penalty=float(rng.choice([0.0, 0.3])), logit_bias={int(rng.integers(n_vocab)): 5.0})
+    cfg = dict(
+        temperature=float(rng.uniform(0.3, 1.5)),
+        top_k=int(rng.choice([0, 20, 1000])),
+        top_p=float(rng.choice([1.0, 0.8, 0.95])),
+        min_p=float(rng.choice([0.0, 0.05])),
+        repetition_penalty=float(rng.choice([1.0, 1.1])),
+        presence_penalty=float(rng.choice([0.0, 0.4])),
+        frequency_penalty=float(rng.choice([0.0, 0.3])),
+        logit_bias={int(rng.integers(n_vocab)): 5.0},
+    )
     got = Sampler(SamplingConfig(**cfg)).probs(row, history)
-    want = reference_probs(row, history, temperature=cfg["temperature"], top_k=cfg["top_k"], top_p=cfg["top_p"],
-                           min_p=cfg["min_p"], penalty=cfg["repetition_penalty"], presence=cfg["presence_penalty"],
-                           frequency=cfg["frequency_penalty"], bias=dict(cfg["logit_bias"]))
+    want = reference_probs(
+        row,
+        history,
+        temperature=cfg["temperature"],
+        top_k=cfg["top_k"],
+        top_p=cfg["top_p"],
+        min_p=cfg["min_p"],
+        penalty=cfg["repetition_penalty"],
+        presence=cfg["presence_penalty"],
+        frequency=cfg["frequency_penalty"],
+        bias=dict(cfg["logit_bias"]),
+    )
     np.testing.assert_array_equal(got > 0, want > 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-9)
 
@@ -244,11 +279,11 @@ def rows_with_argmax(tokens, n_vocab=8, runner_up=None):
 def test_greedy_verify_accepts_the_longest_matching_prefix():
     s = Sampler(SamplingConfig())
     rows = rows_with_argmax([4, 2, 7, 1])
-    assert s.verify(rows, [4, 2, 7], None, [])[:2] == (3, 1)     # all accepted, then the bonus token
-    assert s.verify(rows, [4, 2, 0], None, [])[:2] == (2, 7)     # the target's own token at the mismatch
-    assert s.verify(rows, [4, 5, 7], None, [])[:2] == (1, 2)     # nothing after a mismatch counts
+    assert s.verify(rows, [4, 2, 7], None, [])[:2] == (3, 1)  # all accepted, then the bonus token
+    assert s.verify(rows, [4, 2, 0], None, [])[:2] == (2, 7)  # the target's own token at the mismatch
+    assert s.verify(rows, [4, 5, 7], None, [])[:2] == (1, 2)  # nothing after a mismatch counts
     assert s.verify(rows, [3, 2, 7], None, [])[:2] == (0, 4)
-    assert s.verify(rows[:1], [], None, [])[:2] == (0, 4)        # no draft: a plain step
+    assert s.verify(rows[:1], [], None, [])[:2] == (0, 4)  # no draft: a plain step
     assert isinstance(s.verify(rows, [4], None, [])[1], int)
 
 
@@ -257,16 +292,16 @@ def test_greedy_verify_with_a_repetition_penalty_sees_the_draft():
     # the history, so the target's choice at position i depends on history + draft[:i]
     s = Sampler(SamplingConfig(repetition_penalty=2.0))
     rows = rows_with_argmax([3, 3, 3], runner_up=[6, 5, 2])
-    assert s.verify(rows, [3, 5], None, [])[:2] == (2, 2)        # 3 is fine first, then penalized
+    assert s.verify(rows, [3, 5], None, [])[:2] == (2, 2)  # 3 is fine first, then penalized
     assert s.verify(rows, [3, 3], None, [])[:2] == (1, 5)
-    assert s.verify(rows, [6, 5], None, [3])[:2] == (2, 2)       # 3 already in the history
+    assert s.verify(rows, [6, 5], None, [3])[:2] == (2, 2)  # 3 already in the history
     assert s.verify(rows, [3], None, [3])[:2] == (0, 6)
     plain = Sampler(SamplingConfig())
     assert plain.verify(rows, [3, 3], None, [])[:2] == (2, 3)
 
 
 def test_greedy_verify_with_a_logit_bias():
-    s = Sampler(SamplingConfig(logit_bias={6: 1.5}))           # the runner-up of row 0 wins there
+    s = Sampler(SamplingConfig(logit_bias={6: 1.5}))  # the runner-up of row 0 wins there
     rows = rows_with_argmax([3, 3], runner_up=[6, 5])
     assert s.verify(rows, [3], None, [])[:2] == (0, 6)
     assert s.verify(rows, [6], None, [])[:2] == (1, 3)
@@ -312,10 +347,10 @@ def test_rejection_sampling_is_exact_on_a_tiny_vocabulary():
     for d in range(3):
         a = np.mean([run(d, u, 0.5)[0] == 1 for u in grid])
         assert abs(a - min(1.0, P[d] / Q[d])) <= 1 / M, d
-        if a > 0:      # after a full accept, the bonus token is drawn from the next row's p
+        if a > 0:  # after a full accept, the bonus token is drawn from the next row's p
             got = np.bincount([run(d, 0.0, u)[1] for u in grid], minlength=3) / M
             np.testing.assert_allclose(got, bonus, atol=2 / M)
-        if a < 1:      # a rejection draws from the residual
+        if a < 1:  # a rejection draws from the residual
             outs = [run(d, 1 - 0.5 / M, u) for u in grid]
             assert all(n == 0 for n, _ in outs)
             got = np.bincount([t for _, t in outs], minlength=3) / M
@@ -338,7 +373,7 @@ def test_rejection_sampling_two_positions_by_seeded_draws():
     rng = np.random.default_rng(12)
     d1s = rng.choice(3, size=n, p=Q)
     d2s = [int(rng.choice(3, p=q2[d1])) for d1 in d1s]
-    more = rng.random(n)                      # plain sampling of the second token after a rejection
+    more = rng.random(n)  # plain sampling of the second token after a rejection
 
     def emitted(s: Sampler) -> Counter:
         counts = Counter()
@@ -361,16 +396,16 @@ def test_stochastic_verify_uses_the_transform_with_the_draft_as_history():
     the top-k after it was drafted is never accepted at the next position."""
     cfg = SamplingConfig(temperature=1.0, top_k=2, repetition_penalty=10.0)
     s = Sampler(cfg)
-    row0 = np.array([0.0, 3.0, 2.9, -5.0])                 # top-2 {1, 2}
-    row1 = np.array([0.0, 3.0, 2.9, 2.8])                  # after drafting 1: 1 is penalized -> top-2 {2, 3}
+    row0 = np.array([0.0, 3.0, 2.9, -5.0])  # top-2 {1, 2}
+    row1 = np.array([0.0, 3.0, 2.9, 2.8])  # after drafting 1: 1 is penalized -> top-2 {2, 3}
     rows = np.array([row0, row1, row1])
-    q = np.array([0.0, 1.0, 0.0, 0.0])                     # the head always drafts 1
+    q = np.array([0.0, 1.0, 0.0, 0.0])  # the head always drafts 1
     seen = Counter()
     for seed in range(300):
         s.rng = np.random.default_rng(seed)
         n_acc, new = s.verify(rows, [1, 1], [q, q], [])[:2]
         seen[n_acc] += 1
-        assert n_acc < 2                                  # the second 1 has p = 0 there
+        assert n_acc < 2  # the second 1 has p = 0 there
         if n_acc == 1:
             assert new in (2, 3)
     assert seen[1] > 0 and seen[0] > 0

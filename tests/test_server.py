@@ -139,7 +139,7 @@ def test_draft_settings_per_request(client, models):
     """n_draft and p_min (extensions) size each request's drafts: p_min 1 drafts nothing, and the
     text stays the same."""
     kw = dict(model="fixture-chat", prompt="def f(x):", max_tokens=16, temperature=0)
-    ref = client.completions.create(**kw, extra_body={"policy": "fixed"})    # auto may not draft on a fixture
+    ref = client.completions.create(**kw, extra_body={"policy": "fixed"})  # auto may not draft on a fixture
     none = client.completions.create(**kw, extra_body={"p_min": 1.0})
     one = client.completions.create(**kw, extra_body={"n_draft": 1})
     assert none.choices[0].text == one.choices[0].text == ref.choices[0].text
@@ -158,8 +158,11 @@ def test_completion_plain_and_token_prompt(client, served):
 
 def test_completion_stream(client):
     full = client.completions.create(model="fixture-chat", prompt="The cat", max_tokens=20)
-    chunks = list(client.completions.create(model="fixture-chat", prompt="The cat", max_tokens=20, stream=True,
-                                            stream_options={"include_usage": True}))
+    chunks = list(
+        client.completions.create(
+            model="fixture-chat", prompt="The cat", max_tokens=20, stream=True, stream_options={"include_usage": True}
+        )
+    )
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text == full.choices[0].text
     finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
@@ -183,8 +186,9 @@ def test_chat_completion(client, served):
 def test_chat_completion_stream(client):
     messages = [{"role": "user", "content": "Tell me a story"}]
     full = client.chat.completions.create(model="fixture-chat", messages=messages, max_completion_tokens=16)
-    chunks = list(client.chat.completions.create(model="fixture-chat", messages=messages, max_completion_tokens=16,
-                                                 stream=True))
+    chunks = list(
+        client.chat.completions.create(model="fixture-chat", messages=messages, max_completion_tokens=16, stream=True)
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == full.choices[0].message.content
@@ -224,8 +228,12 @@ def test_concurrent_requests_get_what_each_gets_alone(client, served):
     """Concurrent requests (streamed or not) answer as if alone; with parallel > 1 they shared
     batched steps."""
     prompts = ["abc", "def f(x):", "The", "import"]
-    refs = [client.completions.create(model="fixture-chat", prompt=p, max_tokens=16,
-                                      extra_body={"ignore_eos": True}).choices[0].text for p in prompts]
+    refs = [
+        client.completions.create(model="fixture-chat", prompt=p, max_tokens=16, extra_body={"ignore_eos": True})
+        .choices[0]
+        .text
+        for p in prompts
+    ]
     out: list = [None] * 4
 
     def one(i: int) -> None:
@@ -258,8 +266,9 @@ def test_chat_without_template_is_400(models):
 
 def test_client_disconnect_mid_stream(client):
     ref = client.completions.create(model="fixture-chat", prompt="abc", max_tokens=16).choices[0].text
-    s = client.completions.create(model="fixture-chat", prompt="The", max_tokens=400, stream=True,
-                                  extra_body={"ignore_eos": True})
+    s = client.completions.create(
+        model="fixture-chat", prompt="The", max_tokens=400, stream=True, extra_body={"ignore_eos": True}
+    )
     next(iter(s))
     s.close()  # the server stops that generation after its current step
     assert client.completions.create(model="fixture-chat", prompt="abc", max_tokens=16).choices[0].text == ref
@@ -267,11 +276,11 @@ def test_client_disconnect_mid_stream(client):
 
 def test_app_on_a_model_has_a_session_of_its_own(models):
     session = models("glm4moe")
-    app = create_app(session.model, model_name="m")     # a Model, not a Session: wrapped in one
+    app = create_app(session.model, model_name="m")  # a Model, not a Session: wrapped in one
     own = app.state.session
     assert isinstance(own, pymtp.Session) and own is not session and own.model is session.model
     with _Server(app, lifespan="on") as srv:
         r = srv.client().completions.create(model="m", prompt="def f(x):", max_tokens=8)
         assert r.choices[0].text == pymtp.generate("def f(x):", session, max_tokens=8).text
         assert not own.closed
-    assert own.closed and not session.model.closed   # closed at shutdown; the model stays the caller's
+    assert own.closed and not session.model.closed  # closed at shutdown; the model stays the caller's

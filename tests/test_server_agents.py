@@ -16,14 +16,30 @@ from pymtp.server import create_app
 from pymtp.stats import GenerationResult, SpecStats
 
 MODEL = "default"
-CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
-                                         "population": {"type": "integer", "minimum": 0, "maximum": 100000000}},
-        "required": ["city", "population"], "additionalProperties": False}
-WEATHER = [{"type": "function", "function": {
-    "name": "get_weather", "description": "The current weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
-                                                    "unit": {"enum": ["c", "f"]}},
-                   "required": ["city", "unit"], "additionalProperties": False}}}]
+CITY = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 30},
+        "population": {"type": "integer", "minimum": 0, "maximum": 100000000},
+    },
+    "required": ["city", "population"],
+    "additionalProperties": False,
+}
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 30}, "unit": {"enum": ["c", "f"]}},
+                "required": ["city", "unit"],
+                "additionalProperties": False,
+            },
+        },
+    }
+]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
@@ -44,16 +60,22 @@ def client(served):
 
 def test_response_format_json_schema(client):
     r = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Name a big city and its population."}], max_tokens=80,
-        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": CITY}})
+        model=MODEL,
+        messages=[{"role": "user", "content": "Name a big city and its population."}],
+        max_tokens=80,
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": CITY}},
+    )
     jsonschema.validate(json.loads(r.choices[0].message.content), CITY)
     assert r.choices[0].finish_reason == "stop"
 
 
 def test_response_format_json_object_streamed(client):
     ask = [{"role": "user", "content": 'Give me a JSON object with the key "name" set to your name.'}]
-    chunks = list(client.chat.completions.create(model=MODEL, messages=ask, max_tokens=60, stream=True,
-                                                 response_format={"type": "json_object"}))
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL, messages=ask, max_tokens=60, stream=True, response_format={"type": "json_object"}
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert chunks[-1].choices[0].finish_reason == "stop", text
     assert isinstance(json.loads(text), dict)
@@ -61,9 +83,14 @@ def test_response_format_json_object_streamed(client):
 
 def test_a_bad_schema_is_a_400(served, client):
     import openai
+
     with pytest.raises(openai.BadRequestError, match="json_schema"):
-        client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=8, response_format={
-            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}})
+        client.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            max_tokens=8,
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}},
+        )
 
 
 def _check_call(call):
@@ -72,8 +99,13 @@ def _check_call(call):
 
 
 def test_a_forced_tool_call(client):
-    r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=60, tools=WEATHER,
-                                       tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=ASK,
+        max_tokens=60,
+        tools=WEATHER,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
     _check_call(choice.message.tool_calls[0])
@@ -113,10 +145,18 @@ def test_response_format_beside_a_forced_tool_call(client):
     """pydantic-ai sends both: the forced call follows the tool's schema (response_format would
     apply to a text reply), as OpenAI's API does; a bad response_format is still a 400."""
     import openai
+
     fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY}}
     for stream in (False, True):
-        r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=60, tools=WEATHER,
-                                           tool_choice="required", response_format=fmt, stream=stream)
+        r = client.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            max_tokens=60,
+            tools=WEATHER,
+            tool_choice="required",
+            response_format=fmt,
+            stream=stream,
+        )
         if stream:
             chunks = list(r)
             call = _streamed_calls(chunks)[0]
@@ -126,18 +166,25 @@ def test_response_format_beside_a_forced_tool_call(client):
             assert r.choices[0].finish_reason == "tool_calls"
             _check_call(r.choices[0].message.tool_calls[0])
     with pytest.raises(openai.BadRequestError, match="json_schema"):
-        client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=8, tools=WEATHER, tool_choice="required",
-                                       response_format={"type": "json_schema",
-                                                        "json_schema": {"schema": {"type": "x"}}})
+        client.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            max_tokens=8,
+            tools=WEATHER,
+            tool_choice="required",
+            response_format={"type": "json_schema", "json_schema": {"schema": {"type": "x"}}},
+        )
 
 
 def _scripted(reply: str, piece: int = 4):
     """A script for ScriptedRunner: reply in pieces of a few characters, then its result (the
     135M model does not call tools on its own; what is under test is the server's parsing and
     streaming of whatever the model writes)."""
+
     def script(job):
-        events = [("piece", reply[i:i + piece]) for i in range(0, len(reply), piece)]
+        events = [("piece", reply[i : i + piece]) for i in range(0, len(reply), piece)]
         return events + [("done", GenerationResult(reply, [1, 2, 3], list(job.prompt()), "stop", SpecStats()))]
+
     return script
 
 
@@ -167,7 +214,7 @@ def test_an_automatic_tool_call_is_parsed(client, scripted, stream):
     if stream:
         chunks = list(r)
         calls = _streamed_calls(chunks)
-        assert len(calls) == 1 and calls[0]["deltas"] >= 3          # the arguments, as they came
+        assert len(calls) == 1 and calls[0]["deltas"] >= 3  # the arguments, as they came
         finish = chunks[-1].choices[0].finish_reason
         content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert finish == "tool_calls" and not content
@@ -195,16 +242,24 @@ def test_text_before_a_streamed_call_streams_as_content(client, scripted):
     assert "".join(content) == whole.content == "Let me look that up."
     first_call = next(i for i, c in enumerate(chunks) if c.choices and c.choices[0].delta.tool_calls)
     last_content = max(i for i, c in enumerate(chunks) if c.choices and c.choices[0].delta.content)
-    assert last_content < first_call                 # the text went out before the call began
+    assert last_content < first_call  # the text went out before the call began
     assert json.loads(_streamed_calls(chunks)[0]["arguments"]) == json.loads(whole.tool_calls[0].function.arguments)
 
 
 def test_a_conversation_with_a_tool_result(client):
     messages = ASK + [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "unit": "c"})}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"temperature": 18})}]
-    r = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=24, tools=WEATHER,
-                                       tool_choice="none")
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "unit": "c"})},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"temperature": 18})},
+    ]
+    r = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=24, tools=WEATHER, tool_choice="none")
     assert r.choices[0].message.content

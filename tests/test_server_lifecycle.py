@@ -37,11 +37,12 @@ class Stream:
     def __init__(self, url: str, body: dict) -> None:
         host, port = url.removeprefix("http://").split(":")
         self.conn = http.client.HTTPConnection(host, int(port), timeout=60)
-        self.conn.request("POST", "/v1/completions", body=json.dumps(body),
-                          headers={"Content-Type": "application/json"})
+        self.conn.request(
+            "POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"}
+        )
         self.resp = self.conn.getresponse()
         self.events: list[dict] = []
-        self.end: str | None = None           # "done" ([DONE]), "eof" (closed without it), or the exception
+        self.end: str | None = None  # "done" ([DONE]), "eof" (closed without it), or the exception
         self.first = threading.Event()
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -106,10 +107,13 @@ def test_sigterm_ends_what_outlives_the_shutdown_timeout(path):
         s = Stream(srv.url, {"prompt": "The", "max_tokens": 30000, "ignore_eos": True, "stream": True})
         assert s.first.wait(30)
         waiting: list = []
-        t = threading.Thread(target=lambda: waiting.append(Load(srv.url, timeout=60).request(
-            Case("w", "/v1/completions", {"prompt": "hi", "max_tokens": 4}))))
+        t = threading.Thread(
+            target=lambda: waiting.append(
+                Load(srv.url, timeout=60).request(Case("w", "/v1/completions", {"prompt": "hi", "max_tokens": 4}))
+            )
+        )
         t.start()
-        time.sleep(0.3)                       # queued behind the stream (one slot)
+        time.sleep(0.3)  # queued behind the stream (one slot)
         srv.proc.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
         assert srv.proc.wait(30) == 0
@@ -135,10 +139,14 @@ def test_a_stderr_nobody_reads_does_not_stop_the_server(path):
             w = -1
             load = Load(srv.url, model="fixture", timeout=10)
             unknown = Case("u", "/v1/completions", {"model": "nope", "prompt": "hi", "max_tokens": 2}, expect=404)
-            cancel = Case("c", "/v1/completions", {"prompt": "The", "max_tokens": 2000, "ignore_eos": True,
-                                                   "stream": True}, cancel=True)
+            cancel = Case(
+                "c",
+                "/v1/completions",
+                {"prompt": "The", "max_tokens": 2000, "ignore_eos": True, "stream": True},
+                cancel=True,
+            )
             rng = random.Random(0)
-            for i in range(3 * size // 256):           # two access lines (~130 bytes each) a round
+            for i in range(3 * size // 256):  # two access lines (~130 bytes each) a round
                 assert load.request(cancel, rng).kind == "cancelled"
                 assert load.request(unknown).status == 404
                 assert load.get("/health")[0] == 200
@@ -176,9 +184,12 @@ def test_a_dropped_non_streamed_request_frees_its_slot(path):
         for _ in range(3):
             before = load.metrics()
             conn = http.client.HTTPConnection(host, int(port), timeout=30)
-            conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "The", "max_tokens": 3000,
-                                                                     "ignore_eos": True}),
-                         headers={"Content-Type": "application/json"})
+            conn.request(
+                "POST",
+                "/v1/completions",
+                body=json.dumps({"prompt": "The", "max_tokens": 3000, "ignore_eos": True}),
+                headers={"Content-Type": "application/json"},
+            )
             t0 = time.monotonic()
             while load.metrics()["pymtp_generations_running"] < 1:
                 assert time.monotonic() - t0 < 10
@@ -192,7 +203,7 @@ def test_a_dropped_non_streamed_request_frees_its_slot(path):
         assert m['pymtp_requests_total{endpoint="/v1/completions",outcome="cancelled"}'] == 3
         t0 = time.monotonic()
         while srv.output().count(" cancelled ") < 3 and time.monotonic() - t0 < 5:
-            time.sleep(0.05)                 # the log writer thread's lag
+            time.sleep(0.05)  # the log writer thread's lag
         log = srv.output()
         assert log_problems(log) == [] and log.count(" cancelled ") == 3
 

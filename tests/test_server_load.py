@@ -33,8 +33,22 @@ MAX_RSS_GROWTH = 24 << 20
 @pytest.fixture(scope="module", params=[4, 1], ids=["batched", "one-at-a-time"])
 def server(gguf, request):
     path = str(gguf("glm4moe", chat_template=CHATML))
-    args = ["-m", path, "--threads", "1", "-c", "1024", "--model-name", "fixture", "--parallel", str(request.param),
-            "--max-queue", str(MAX_QUEUE), "--max-body", "64K"]
+    args = [
+        "-m",
+        path,
+        "--threads",
+        "1",
+        "-c",
+        "1024",
+        "--model-name",
+        "fixture",
+        "--parallel",
+        str(request.param),
+        "--max-queue",
+        str(MAX_QUEUE),
+        "--max-body",
+        "64K",
+    ]
     with start_server(args, api_key=KEY) as srv:
         yield srv
         if srv.proc.poll() is not None:
@@ -63,7 +77,7 @@ def settled(server, load: Load) -> int:
         time.sleep(0.01)
     n = access_lines(server.output())
     while True:
-        time.sleep(0.2)                        # the log writer thread's lag
+        time.sleep(0.2)  # the log writer thread's lag
         again = access_lines(server.output())
         if again == n:
             return n
@@ -74,7 +88,7 @@ def test_concurrent_clients_with_cancellations_overload_and_bad_requests(server)
     load = Load(server.url, model="fixture", api_key=KEY, max_tokens=32, timeout=60, max_body=server.max_body)
     refs = load.references()
     assert any(len(t[0]) > 0 for t in refs.values())
-    warm = load.run(refs, clients=CLIENTS, per_client=PER_CLIENT, seed=1, deadline=120)   # warm-up
+    warm = load.run(refs, clients=CLIENTS, per_client=PER_CLIENT, seed=1, deadline=120)  # warm-up
     lines0 = settled(server, load)
     rss_before = server.rss()
     before, m0 = requests_by_outcome(load), load.metrics()
@@ -83,17 +97,19 @@ def test_concurrent_clients_with_cancellations_overload_and_bad_requests(server)
     rss_after = server.rss()
     after, m1 = requests_by_outcome(load), load.metrics()
     growth = rss_after - rss_before
-    print(f"\nwarm-up: {warm.summary()}\nload:    {report.summary()}\n"
-          f"server RSS {rss_before / 2**20:.1f} MiB -> {rss_after / 2**20:.1f} MiB ({growth / 2**20:+.1f} MiB); "
-          f"cancel to free slot: max {m1['pymtp_cancel_seconds_max'] * 1e3:.1f} ms, "
-          f"{m1['pymtp_cancel_steps_max']:.0f} steps")
+    print(
+        f"\nwarm-up: {warm.summary()}\nload:    {report.summary()}\n"
+        f"server RSS {rss_before / 2**20:.1f} MiB -> {rss_after / 2**20:.1f} MiB ({growth / 2**20:+.1f} MiB); "
+        f"cancel to free slot: max {m1['pymtp_cancel_seconds_max'] * 1e3:.1f} ms, "
+        f"{m1['pymtp_cancel_steps_max']:.0f} steps"
+    )
 
     for r in (warm, report):
         assert r.hung == 0, "clients still waiting at the deadline: the server hangs"
         assert not r.unexpected, r.unexpected[:5]
         assert not r.mismatches, r.mismatches[:5]
         assert r.requests == CLIENTS * PER_CLIENT
-        assert r.completed > 0 and r.cancelled > 0 and r.expected_errors > 0    # the mix did happen
+        assert r.completed > 0 and r.cancelled > 0 and r.expected_errors > 0  # the mix did happen
     assert warm.rejected + report.rejected > 0, "the queue bound was never reached: overload is untested"
     assert len(report.by_case) >= len(load.cases) - 3
     assert load.get("/health")[0] == 200 and server.proc.poll() is None
@@ -110,9 +126,9 @@ def test_concurrent_clients_with_cancellations_overload_and_bad_requests(server)
     assert cancelled >= report.cancelled
     assert m1["pymtp_cancel_steps_max"] <= 1
     for gauge in ("pymtp_generations_running", "pymtp_queue_depth", "pymtp_requests_in_flight"):
-        assert m1[gauge] == 0, gauge                                   # nothing left behind
+        assert m1[gauge] == 0, gauge  # nothing left behind
 
     log = server.output()
-    assert log_problems(log) == [], log_problems(log)[:5]               # client behaviour is no error
-    assert lines1 - lines0 == report.requests                           # one access line per request
+    assert log_problems(log) == [], log_problems(log)[:5]  # client behaviour is no error
+    assert lines1 - lines0 == report.requests  # one access line per request
     assert growth < MAX_RSS_GROWTH, f"the server's RSS grew by {growth / 2**20:.1f} MiB over one run"

@@ -12,11 +12,27 @@ import pytest
 from pymtp.server.toolstream import ToolCallStream
 from pymtp.tools import parse_tool_calls
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]},
-                                     "days": {"type": "integer"}, "tags": {"type": "array"}}}}},
-         {"type": "function", "function": {"name": "search", "parameters": {
-             "type": "object", "properties": {"query": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "unit": {"enum": ["c", "f"]},
+                    "days": {"type": "integer"},
+                    "tags": {"type": "array"},
+                },
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {"name": "search", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}},
+    },
+]
 
 REPLIES = {
     "hermes": [
@@ -24,17 +40,17 @@ REPLIES = {
         'Let me check.\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "tags": [1, {"a": "]"}]}}'
         '\n</tool_call>\n<tool_call>\n{"name": "search", "arguments": {"query": "rain"}}\n</tool_call>',
         "No tools here, just a < and a <tool_ in the text.",
-        '<tool_call>{"arguments": {"city": "X"}, "name": "get_weather"}</tool_call>',          # name last: whole
-        '<tool_call>{"name": "nope", "arguments": {}}</tool_call> then '                       # not offered: text
+        '<tool_call>{"arguments": {"city": "X"}, "name": "get_weather"}</tool_call>',  # name last: whole
+        '<tool_call>{"name": "nope", "arguments": {}}</tool_call> then '  # not offered: text
         '<tool_call>{"name": "get_weather", "arguments": {"city": "Y"}}</tool_call>',
-        '<tool_call>{"name": "search", "arguments": "{\\"query\\": \\"q\\"}"}</tool_call>',      # a JSON string: whole
-        '<tool_call>\n{"name": "search", "arguments": {"query": "cut short"}}',                # no closing tag
+        '<tool_call>{"name": "search", "arguments": "{\\"query\\": \\"q\\"}"}</tool_call>',  # a JSON string: whole
+        '<tool_call>\n{"name": "search", "arguments": {"query": "cut short"}}',  # no closing tag
         "  Leading spaces and a trailing one ",
     ],
     "glm45": [
         '<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>New "York"\n</arg_val NY</arg_value>\n'
-        '<arg_key>days</arg_key>\n<arg_value>5</arg_value>\n<arg_key>tags</arg_key>\n<arg_value>[1, 2]</arg_value>\n'
-        '</tool_call>',
+        "<arg_key>days</arg_key>\n<arg_value>5</arg_value>\n<arg_key>tags</arg_key>\n<arg_value>[1, 2]</arg_value>\n"
+        "</tool_call>",
         "Sure <tool_call>search\n</tool_call>",
         "<tool_call>get_weather\n<arg_key>unit</arg_key>\n<arg_value>f</arg_value>\n</tool_call>"
         "<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>snow</arg_value>\n</tool_call>",
@@ -54,7 +70,7 @@ def streamed(fmt: str, text: str, rng: random.Random, most: int) -> tuple[str, l
     deltas, i = [], 0
     while i < len(text):
         n = rng.randint(1, most)
-        deltas += ts.feed(text[i:i + n])
+        deltas += ts.feed(text[i : i + n])
         i += n
     deltas += ts.finish()
     calls: dict[int, dict] = {}
@@ -91,7 +107,7 @@ def test_arguments_arrive_as_they_are_written():
     ts = ToolCallStream("hermes", TOOLS)
     seen, announced_at, done_at = [], None, None
     for i in range(0, len(text), 3):
-        for d in ts.feed(text[i:i + 3]):
+        for d in ts.feed(text[i : i + 3]):
             seen.append(d)
             for tc in d.get("tool_calls", ()):
                 if "id" in tc and announced_at is None:
@@ -99,7 +115,7 @@ def test_arguments_arrive_as_they_are_written():
         if '"Oslo"' in text[:i] and done_at is None:
             done_at = i
     seen += ts.finish()
-    assert announced_at is not None and announced_at < done_at            # the name before the arguments end
+    assert announced_at is not None and announced_at < done_at  # the name before the arguments end
     first_call = next(k for k, d in enumerate(seen) if "tool_calls" in d)
     assert all("content" not in d for d in seen[first_call:])
     assert "".join(d["content"] for d in seen[:first_call]) == "Let me check."

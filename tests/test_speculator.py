@@ -6,15 +6,44 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from conftest import SAME_ROW_ATOL
 
 import pymtp
 from pymtp import MTPSpeculator, SamplingConfig, SpecConfig
 from pymtp_testing.fixtures import FAMILIES
 
-from conftest import SAME_ROW_ATOL
-
-WORDS = ("def", "class", "return", "import", "self", "the", "fox", "(", ")", ":", "\n", "    ", "x", "=",
-         "1", "é", "✓", "data", "for", "in", "if", "else", "print", "#", "[", "]", ",", "0", "None", "lambda")
+WORDS = (
+    "def",
+    "class",
+    "return",
+    "import",
+    "self",
+    "the",
+    "fox",
+    "(",
+    ")",
+    ":",
+    "\n",
+    "    ",
+    "x",
+    "=",
+    "1",
+    "é",
+    "✓",
+    "data",
+    "for",
+    "in",
+    "if",
+    "else",
+    "print",
+    "#",
+    "[",
+    "]",
+    ",",
+    "0",
+    "None",
+    "lambda",
+)
 
 
 def prompts(n: int, seed: int = 0) -> list[str]:
@@ -71,25 +100,28 @@ def test_greedy_lossless_with_a_prompt_longer_than_the_batch(gguf, same_greedy):
 def test_greedy_lossless_with_repetition_penalty(models, same_greedy):
     model = models("qwen35")
     for text in prompts(10, seed=5):
-        plain = pymtp.generate(text, model, max_tokens=N_TOKENS, speculative=False, ignore_eos=True,
-                               repetition_penalty=1.3)
-        spec = pymtp.generate(text, model, max_tokens=N_TOKENS, speculative=SpecConfig(n_draft=3),
-                              ignore_eos=True, repetition_penalty=1.3)
+        plain = pymtp.generate(
+            text, model, max_tokens=N_TOKENS, speculative=False, ignore_eos=True, repetition_penalty=1.3
+        )
+        spec = pymtp.generate(
+            text, model, max_tokens=N_TOKENS, speculative=SpecConfig(n_draft=3), ignore_eos=True, repetition_penalty=1.3
+        )
         same_greedy(model, plain.prompt_tokens, spec.tokens, plain.tokens, repetition_penalty=1.3)
 
 
 @pytest.mark.parametrize("family", ["glm4moe", "step35", "qwen35"])
 def test_stats_are_exact(models, family):
     model = models(family)
-    r = pymtp.generate("def f(x):", model, max_tokens=40, speculative=SpecConfig(n_draft=3, adaptive=False),
-                       ignore_eos=True)
+    r = pymtp.generate(
+        "def f(x):", model, max_tokens=40, speculative=SpecConfig(n_draft=3, adaptive=False), ignore_eos=True
+    )
     s = r.stats
     assert r.finish_reason == "length" and len(r.tokens) == 40
     # every step emits its accepted drafts plus one token of the target's
     assert s.n_emitted == sum(s.accepted_at) + s.n_steps == len(r.tokens)
     assert s.n_accepted == sum(s.accepted_at) and s.n_drafted == sum(s.drafted_at)
     assert all(a <= d for a, d in zip(s.accepted_at, s.drafted_at))
-    assert s.drafted_at == sorted(s.drafted_at, reverse=True)       # position i+1 needs position i
+    assert s.drafted_at == sorted(s.drafted_at, reverse=True)  # position i+1 needs position i
     assert 0 <= s.acceptance_rate <= 1 and s.tokens_per_second > 0
     assert s.t_draft > 0 and s.t_verify > 0 and s.t_python >= 0
     assert s.t_draft + s.t_verify <= s.t_total + 1e-9
@@ -107,10 +139,9 @@ def test_step_by_step_api(models, same_greedy):
     for r in results:
         assert 1 <= len(r.emitted) <= 3 and len(r.drafted) <= 2
         assert r.emitted[: r.n_accepted] == r.drafted[: r.n_accepted]
-    assert spec.tokens[len(prompt):] == [t for r in results for t in r.emitted]
-    plain = pymtp.generate(prompt, model, max_tokens=len(spec.tokens) - len(prompt), speculative=False,
-                           ignore_eos=True)
-    same_greedy(model, prompt, spec.tokens[len(prompt):], plain.tokens)
+    assert spec.tokens[len(prompt) :] == [t for r in results for t in r.emitted]
+    plain = pymtp.generate(prompt, model, max_tokens=len(spec.tokens) - len(prompt), speculative=False, ignore_eos=True)
+    same_greedy(model, prompt, spec.tokens[len(prompt) :], plain.tokens)
 
 
 # Stochastic speculation (same distribution as plain sampling): tests/test_distribution.py.
@@ -124,8 +155,9 @@ def test_chained_heads_cap_the_draft(models, family):
     model = models(family)
     n_heads = model.n_mtp_layers
     assert n_heads == 3
-    r = pymtp.generate("x = 1", model, max_tokens=30, speculative=SpecConfig(n_draft=8, adaptive=False),
-                       ignore_eos=True)
+    r = pymtp.generate(
+        "x = 1", model, max_tokens=30, speculative=SpecConfig(n_draft=8, adaptive=False), ignore_eos=True
+    )
     s = r.stats
     # drafted_at[i]: steps that drafted at least i + 1 tokens
     assert len(s.drafted_at) == n_heads
@@ -160,6 +192,7 @@ def test_logprobs_are_the_targets_with_and_without_speculation(models):
     import numpy as np
 
     from pymtp.model import last_row_only
+
     s = models("glm4moe")
     prompt = s.tokenize("def f(x):\n    return")
     plain = pymtp.generate(prompt, s, max_tokens=10, speculative=False, ignore_eos=True, logprobs=True)
@@ -183,6 +216,7 @@ def test_top_logprobs_are_the_rows_likeliest_tokens(models):
     import numpy as np
 
     from pymtp.model import last_row_only
+
     s = models("glm4moe")
     prompt = s.tokenize("def f(x):\n    return")
     plain = pymtp.generate(prompt, s, max_tokens=10, speculative=False, ignore_eos=True, top_logprobs=5)
@@ -201,8 +235,9 @@ def test_top_logprobs_are_the_rows_likeliest_tokens(models):
     want = np.argsort(-lsm, kind="stable")[:5]
     assert [t for t, _ in plain.top_logprobs[0]] == list(want)
     np.testing.assert_allclose([v for _, v in plain.top_logprobs[0]], lsm[want], atol=max(1e-4, SAME_ROW_ATOL))
-    sampled = pymtp.generate(prompt, s, max_tokens=8, temperature=0.8, top_k=6, seed=3, top_logprobs=20,
-                             speculative={"n_draft": 3})
+    sampled = pymtp.generate(
+        prompt, s, max_tokens=8, temperature=0.8, top_k=6, seed=3, top_logprobs=20, speculative={"n_draft": 3}
+    )
     for tok, top in zip(sampled.tokens, sampled.top_logprobs):
         assert 1 <= len(top) <= 6 and tok in [t for t, _ in top]
         assert abs(sum(np.exp(v) for _, v in top) - 1.0) < 1e-4
@@ -216,6 +251,7 @@ def test_chained_models_drafting_with_head_0_are_lossless(models, family, same_g
     """heads="first": head 0 drafts every token of drafts longer than the head count; greedy
     output equals plain decoding, alone and in a batch."""
     from pymtp import Batch, GenerationConfig
+
     model = models(family)
     texts = [model.tokenize(t) for t in prompts(6)]
     longest = 0

@@ -6,8 +6,15 @@ from pymtp.stats import SpecStats, StepResult
 
 
 def _step(drafted: int, accepted: int) -> StepResult:
-    return StepResult(drafted=list(range(drafted)), n_accepted=accepted, emitted=[0] * (accepted + 1),
-                      t_draft=0.0, t_verify=0.0, t_total=0.0, source="mtp")
+    return StepResult(
+        drafted=list(range(drafted)),
+        n_accepted=accepted,
+        emitted=[0] * (accepted + 1),
+        t_draft=0.0,
+        t_verify=0.0,
+        t_total=0.0,
+        source="mtp",
+    )
 
 
 def test_acceptance_by_position_keeps_positions_never_accepted():
@@ -25,7 +32,7 @@ def test_acceptance_by_position_nothing_accepted_and_nothing_drafted():
     assert s.acceptance_by_position == [0.0, 0.0]
     assert SpecStats().acceptance_by_position == []
     plain = SpecStats()
-    plain.record(_step(0, 0))          # a plain step drafts nothing: no position
+    plain.record(_step(0, 0))  # a plain step drafts nothing: no position
     assert plain.acceptance_by_position == []
 
 

@@ -14,21 +14,41 @@ import pytest
 import pymtp
 
 SCHEMAS = {
-    "nested": {"type": "object", "properties": {
-        "name": {"type": "string", "maxLength": 20},
-        "address": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
-                                                       "zip": {"type": "integer", "minimum": 0, "maximum": 99999}},
-                    "required": ["city", "zip"], "additionalProperties": False}},
-        "required": ["name", "address"], "additionalProperties": False},
-    "enum": {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]},
-                                              "sure": {"type": "boolean"}},
-             "required": ["color", "sure"], "additionalProperties": False},
-    "array": {"type": "object", "properties": {"primes": {"type": "array", "items": {"type": "integer"},
-                                                          "minItems": 3, "maxItems": 5}},
-              "required": ["primes"], "additionalProperties": False},
-    "numbers": {"type": "object", "properties": {"price": {"type": "number"}, "count": {"type": "integer",
-                                                                                         "minimum": 0}},
-                "required": ["price", "count"], "additionalProperties": False},
+    "nested": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 20},
+            "address": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "maxLength": 20},
+                    "zip": {"type": "integer", "minimum": 0, "maximum": 99999},
+                },
+                "required": ["city", "zip"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["name", "address"],
+        "additionalProperties": False,
+    },
+    "enum": {
+        "type": "object",
+        "properties": {"color": {"enum": ["red", "green", "blue"]}, "sure": {"type": "boolean"}},
+        "required": ["color", "sure"],
+        "additionalProperties": False,
+    },
+    "array": {
+        "type": "object",
+        "properties": {"primes": {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 5}},
+        "required": ["primes"],
+        "additionalProperties": False,
+    },
+    "numbers": {
+        "type": "object",
+        "properties": {"price": {"type": "number"}, "count": {"type": "integer", "minimum": 0}},
+        "required": ["price", "count"],
+        "additionalProperties": False,
+    },
 }
 GRAMMAR = 'start: "def " NAME "(" NAME "):"\nNAME: /[a-z_]{1,12}/\n'
 
@@ -42,6 +62,7 @@ def default():
 
 def _prompt(s, text):
     from pymtp.chat import chat_prompt, chat_prompt_tokens
+
     return chat_prompt_tokens(s, chat_prompt(s.model, [{"role": "user", "content": text}]))
 
 
@@ -60,6 +81,7 @@ def test_json_schema_output_is_the_same_with_and_without_speculation(default, na
 
 def test_a_grammar_is_followed_with_speculation(default):
     import re
+
     prompt = _prompt(default, "Write the first line of a Python function that adds two numbers.")
     plain = pymtp.generate(prompt, default, speculative=False, max_tokens=40, grammar=GRAMMAR)
     spec = pymtp.generate(prompt, default, speculative={"n_draft": 3}, max_tokens=40, grammar=GRAMMAR)
@@ -75,13 +97,15 @@ def test_sampled_constrained_output_validates(default):
         jsonschema.validate(json.loads(r.text), schema)
 
 
-@pytest.mark.parametrize("bad", [dict(json_schema={"type": "nope"}), dict(grammar="start: ("),
-                                 dict(json_schema=SCHEMAS["enum"], grammar=GRAMMAR)])
+@pytest.mark.parametrize(
+    "bad",
+    [dict(json_schema={"type": "nope"}), dict(grammar="start: ("), dict(json_schema=SCHEMAS["enum"], grammar=GRAMMAR)],
+)
 def test_bad_constraints_raise_before_decoding(default, bad):
     before = default.target.n_writes
     with pytest.raises(ValueError):
         pymtp.generate("hi", default, max_tokens=4, **bad)
-    assert default.target.n_writes == before          # nothing was decoded
+    assert default.target.n_writes == before  # nothing was decoded
 
 
 def test_a_logits_processor_changes_both_sides(default):
@@ -99,4 +123,4 @@ def test_a_logits_processor_changes_both_sides(default):
     n_plain = len(seen)
     spec = pymtp.generate(prompt, default, speculative={"n_draft": 2}, max_tokens=12, logits_processor=ban)
     assert spec.tokens == plain.tokens and banned not in spec.tokens
-    assert len(seen) - n_plain > len(spec.tokens)       # draft rows and verify rows both went through it
+    assert len(seen) - n_plain > len(spec.tokens)  # draft rows and verify rows both went through it

@@ -43,7 +43,7 @@ def test_counts_follow_the_draft_vocabulary(tiny):
     assert fig["positions"] == len(p)
     assert fig["accept"] == fig["accept_full_vocab"] == round((head[p] == trunk[p + 1]).mean(), 4)
     assert fig["accept_corpus_vocab"] == round((even[p] == trunk[p + 1]).mean(), 4)
-    assert 0.05 < fig["accept"]              # the tiny model's head drafts for real
+    assert 0.05 < fig["accept"]  # the tiny model's head drafts for real
 
 
 def test_the_prompt_is_not_counted_and_the_old_interface_stays(tiny):
@@ -51,7 +51,7 @@ def test_the_prompt_is_not_counted_and_the_old_interface_stays(tiny):
     tf = evaluate_head.TeacherForced(tiny, np.arange(tiny.n_vocab))
     tf.add("chat", toks, 50)
     tf.close()
-    assert tf.figures()["chat"]["positions"] == len(toks) - 1 - 48     # predictions of x(50) onwards
+    assert tf.figures()["chat"]["positions"] == len(toks) - 1 - 48  # predictions of x(50) onwards
     agree, n = evaluate_head.teacher_forced(tiny, [(toks, 1)])
     assert n == len(toks) - 1 and 0 < agree < n
 
@@ -61,7 +61,7 @@ def test_a_shared_trunk_pass_counts_as_its_own(tiny):
     every = np.arange(tiny.n_vocab)
     own, shared = evaluate_head.TeacherForced(tiny, every), evaluate_head.TeacherForced(tiny, every)
     own.add("code", toks, 1)
-    shared.add("code", toks, 1, own.trunk(toks[:evaluate_head.WINDOW]))
+    shared.add("code", toks, 1, own.trunk(toks[: evaluate_head.WINDOW]))
     own.close()
     shared.close()
     assert own.figures() == shared.figures()

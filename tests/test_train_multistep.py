@@ -44,10 +44,10 @@ def _tokens(model, n):
 def _llama_chain(default, toks, origin):
     """llama.cpp's drafted tokens and hidden rows for steps 1..N_STEPS from origin p."""
     with pymtp.TargetContext(default, n_ctx=512) as t:
-        t.decode(toks[:origin + 2], 0)
+        t.decode(toks[: origin + 2], 0)
         h = t.hidden().copy()
         with pymtp.DraftContext(t) as d:
-            d.decode(toks[1:origin + 2], 0, h[0], h[1:origin + 1])   # rows 0..p: (x(q+1), h(q))
+            d.decode(toks[1 : origin + 2], 0, h[0], h[1 : origin + 1])  # rows 0..p: (x(q+1), h(q))
             drafted, rows = [], []
             for k in range(1, N_STEPS + 1):
                 g = d.hidden()[-1].copy()
@@ -62,12 +62,12 @@ def _llama_chain(default, toks, origin):
 def _torch_chain(head, W, toks, h, origin, drafted, prenorm=False):
     """The torch recursion at origin p, fed llama.cpp's drafted tokens (feed='text' on a crop
     whose tokens after x(p+1) are the drafts)."""
-    crop = list(toks[:origin + 2]) + drafted[:N_STEPS - 1]
+    crop = list(toks[: origin + 2]) + drafted[: N_STEPS - 1]
     hid = np.zeros((len(crop), h.shape[1]), np.float32)
-    hid[:origin + 1] = h[:origin + 1]
+    hid[: origin + 1] = h[: origin + 1]
     tk = torch.tensor([crop])
     hh = torch.from_numpy(hid[None])
-    if prenorm:       # the wrong hand-off: the block output before shared_head_norm
+    if prenorm:  # the wrong hand-off: the block output before shared_head_norm
         norm = head.shared_head_norm
         head.shared_head_norm = torch.nn.Identity()
         try:

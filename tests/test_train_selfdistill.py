@@ -25,15 +25,24 @@ def work(tmp_path_factory):
     np.save(w / "vocab.npy", np.arange(0, 2000, dtype=np.int32))
     out = w / "teacher"
     out.mkdir()
-    man = {"version": teacher.VERSION, "teacher": "synthetic", "top_k": 8, "shards": [], "docs_done": 0,
-           "tokens": 0, "seconds": 0.0}
-    for s, held in enumerate((False, True)):
+    man = {
+        "version": teacher.VERSION,
+        "teacher": "synthetic",
+        "top_k": 8,
+        "shards": [],
+        "docs_done": 0,
+        "tokens": 0,
+        "seconds": 0.0,
+    }
+    for held in (False, True):
         lens = [40, 25, 60]
         n = sum(lens)
-        buf = {"tokens": [rng.integers(0, 2000, n).astype(np.int32)],
-               "hidden": [rng.normal(size=(n, cfg.n_embd)).astype(np.float16)],
-               "ids": [rng.integers(0, 3000, (n, 8)).astype(np.uint16)],
-               "logp": [np.log(rng.dirichlet(np.ones(8), n)).astype(np.float16)]}
+        buf = {
+            "tokens": [rng.integers(0, 2000, n).astype(np.int32)],
+            "hidden": [rng.normal(size=(n, cfg.n_embd)).astype(np.float16)],
+            "ids": [rng.integers(0, 3000, (n, 8)).astype(np.uint16)],
+            "logp": [np.log(rng.dirichlet(np.ones(8), n)).astype(np.float16)],
+        }
         buf["tokens"] = [buf["tokens"][0][a:b] for a, b in zip([0, 40, 65], [40, 65, 125])]
         buf["hidden"] = [buf["hidden"][0][a:b] for a, b in zip([0, 40, 65], [40, 65, 125])]
         buf["ids"] = [buf["ids"][0][a:b] for a, b in zip([0, 40, 65], [40, 65, 125])]
@@ -43,8 +52,23 @@ def work(tmp_path_factory):
     return w
 
 
-ARGS = ["--skip-prepare", "--steps", "3", "--batch", "2", "--seq", "16", "--eval-every", "2", "--eval-batches", "1",
-        "--ckpt-every", "1", "--threads", "2"]
+ARGS = [
+    "--skip-prepare",
+    "--steps",
+    "3",
+    "--batch",
+    "2",
+    "--seq",
+    "16",
+    "--eval-every",
+    "2",
+    "--eval-batches",
+    "1",
+    "--ckpt-every",
+    "1",
+    "--threads",
+    "2",
+]
 
 
 def _state(path):
@@ -60,7 +84,7 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(work, capsys):
     a, b = _state(work / "straight" / selfdistill.HEAD_FILE), _state(work / "resumed" / selfdistill.HEAD_FILE)
     assert all(torch.equal(a[k], b[k]) for k in a)
     shipped = _state(selfdistill.SHIPPED)
-    assert any(not torch.equal(a[k], shipped[k]) for k in a if k != "ffn.exp_probs_b")     # it trained
+    assert any(not torch.equal(a[k], shipped[k]) for k in a if k != "ffn.exp_probs_b")  # it trained
 
     head = work / "straight" / selfdistill.HEAD_FILE
     rec = json.loads(head.with_suffix(".train.json").read_text())

@@ -26,7 +26,7 @@ def _docs(model):
     train, held = data.split_files()
     docs = []
     for i, rel in enumerate(train[:5] + held[:2]):
-        toks = model.tokenize(data.read_text(rel), add_special=False)[:20 + 9 * i]
+        toks = model.tokenize(data.read_text(rel), add_special=False)[: 20 + 9 * i]
         docs.append({"id": f"code:{rel}", "domain": "code", "held_out": rel in held, "tokens": toks, "first": 1})
     return docs
 
@@ -47,11 +47,11 @@ def test_extraction_matches_one_decode_per_document_and_resumes(tiny, tmp_path):
     man = teacher.extract(tiny.path, docs[:3], out, top_k=16, shard_tokens=40, n_batch=128, n_seq=4)
     assert man["docs_done"] == 3 and len(man["shards"]) == 1
     man = teacher.extract(tiny.path, docs, out, top_k=16, shard_tokens=40, n_batch=128, n_seq=4)
-    assert man["docs_done"] == len(docs) and len(man["shards"]) >= 3     # the 4 new ones, in new shards
+    assert man["docs_done"] == len(docs) and len(man["shards"]) >= 3  # the 4 new ones, in new shards
     assert man["tokens"] == sum(len(d["tokens"]) for d in docs)
     assert json.loads((out / teacher.MANIFEST).read_text()) == man
     again = teacher.extract(tiny.path, docs, out, top_k=16, n_batch=256)
-    assert again == man                                    # nothing left to do
+    assert again == man  # nothing left to do
     tr, he = teacher.load(out, False), teacher.load(out, True)
     assert len(tr.offsets) - 1 == 5 and len(he.offsets) - 1 == 2
     # the packed multi-sequence decodes give what one decode of each document gives
@@ -85,7 +85,9 @@ def test_human_documents_keep_sources_apart(tiny):
     docs = teacher_text.human_documents(tiny, code_tokens=4000, docs_tokens=4000, seed=0)
     assert {d["domain"] for d in docs} == {"code", "docs"}
     for dom in ("code", "docs"):
-        src = lambda held: {d["id"].rsplit(":", 1)[0] for d in docs if d["domain"] == dom and d["held_out"] == held}
+        src = lambda held, dom=dom: {
+            d["id"].rsplit(":", 1)[0] for d in docs if d["domain"] == dom and d["held_out"] == held
+        }
         assert src(True) and src(False) and not src(True) & src(False)
     held_only = teacher_text.human_documents(tiny, code_tokens=4000, docs_tokens=4000, seed=0, splits=(True,))
     assert held_only == [d for d in docs if d["held_out"]]
@@ -94,8 +96,11 @@ def test_human_documents_keep_sources_apart(tiny):
 
 def test_trunk_text_resumes_and_cuts_a_partial_line(tmp_path):
     out = tmp_path / "t.jsonl"
-    out.write_text(json.dumps({"id": "a", "domain": "chat", "held_out": False, "prompt": [1, 2],
-                               "completion": list(range(3, 20))}) + "\n" + '{"id": "b", "dom')
+    out.write_text(
+        json.dumps({"id": "a", "domain": "chat", "held_out": False, "prompt": [1, 2], "completion": list(range(3, 20))})
+        + "\n"
+        + '{"id": "b", "dom'
+    )
     assert [d["id"] for d in teacher_text.read_jsonl(out)] == ["a"]
     teacher_text._drop_partial_line(out)
     assert out.read_text().endswith("\n") and len(out.read_text().splitlines()) == 1

@@ -8,8 +8,8 @@ import pytest
 
 import pymtp
 from pymtp.bench import resolve_model
-from pymtp.config import SpecConfig
 from pymtp.bench.vocab import TOKEN_TYPE_UNUSED, _pad_rows, make_padded
+from pymtp.config import SpecConfig
 
 N_VOCAB = 4096
 PROMPTS = ("def f(x):\n    return", "The weather today", "import os\n")

@@ -49,8 +49,10 @@ def _in_ci() -> bool:
 def wheel() -> Path:
     env = os.environ.get("PYMTP_WHEEL")
     if not env:
-        msg = ("PYMTP_WHEEL is unset: build a wheel with `pip wheel --no-deps -w dist .` and set "
-               "PYMTP_WHEEL=dist/pymtp_llm-*.whl (.ci/run does)")
+        msg = (
+            "PYMTP_WHEEL is unset: build a wheel with `pip wheel --no-deps -w dist .` and set "
+            "PYMTP_WHEEL=dist/pymtp_llm-*.whl (.ci/run does)"
+        )
         if _in_ci():
             pytest.fail(f"{msg}; in CI the wheel must be there")
         pytest.skip(msg)
@@ -66,16 +68,23 @@ def fresh(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     venv.EnvBuilder(with_pip=True, clear=True).create(root / "venv")
     bindir = root / "venv" / ("Scripts" if os.name == "nt" else "bin")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYMTP_LIBRARY", "VIRTUAL_ENV")}
-    env["PYMTP_CACHE_DIR"] = str(root / "cache")         # nothing from an earlier run's cache
-    r = subprocess.run([str(bindir / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        str(wheel)], env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    env["PYMTP_CACHE_DIR"] = str(root / "cache")  # nothing from an earlier run's cache
+    r = subprocess.run(
+        [str(bindir / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, f"pip install {wheel.name} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return {"python": str(bindir / "python"), "pymtp": str(bindir / "pymtp"), "env": env, "cwd": root}
 
 
 def run(fresh: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), env=fresh["env"], cwd=fresh["cwd"], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        list(args), env=fresh["env"], cwd=fresh["cwd"], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def py(fresh: dict, code: str, timeout: float = 300) -> str:
@@ -90,8 +99,10 @@ def test_wheel_size_is_bounded(wheel: Path):
         infos = z.infolist()
     rest = sum(i.compress_size for i in infos if not re.search(r"\.gguf$|\.so(\.\d+)*$|\.dylib$|\.dll$", i.filename))
     size = wheel.stat().st_size
-    print(f"\nwheel {wheel.name}: {size / 1e6:.2f} MB; without GGUFs and native libraries {rest / 1e6:.2f} MB; "
-          f"installed {sum(i.file_size for i in infos) / 1e6:.2f} MB")
+    print(
+        f"\nwheel {wheel.name}: {size / 1e6:.2f} MB; without GGUFs and native libraries {rest / 1e6:.2f} MB; "
+        f"installed {sum(i.file_size for i in infos) / 1e6:.2f} MB"
+    )
     assert size <= MAX_WHEEL_BYTES, f"the wheel is {size:,} bytes, over the stated bound {MAX_WHEEL_BYTES:,}"
     assert rest <= MAX_REST_BYTES, f"the wheel's Python and data are {rest:,} bytes, over {MAX_REST_BYTES:,}"
 
@@ -109,17 +120,21 @@ def test_wheel_holds_no_test_code_or_training_records(wheel: Path):
 
 
 def test_installed_wheel_imports_loads_and_generates(fresh: dict):
-    out = py(fresh, (
-        "import importlib.util, pathlib, pymtp\n"
-        "from pymtp import default_model\n"
-        "assert 'site-packages' in pymtp.__file__, pymtp.__file__\n"
-        "assert default_model.HEAD.is_file()             # the default model's head ships\n"
-        "for name in ('pymtp.testing', 'pymtp_testing', 'tests'):\n"
-        "    assert importlib.util.find_spec(name) is None, name\n"
-        "s = pymtp.load('tiny')\n"
-        "r = pymtp.generate('def add(a, b):', s, max_tokens=8, ignore_eos=True)\n"
-        "assert r.text and len(r.tokens) == 8 and r.stats.n_steps > 0, r\n"
-        "print('ok', pymtp.__file__)\n"))
+    out = py(
+        fresh,
+        (
+            "import importlib.util, pathlib, pymtp\n"
+            "from pymtp import default_model\n"
+            "assert 'site-packages' in pymtp.__file__, pymtp.__file__\n"
+            "assert default_model.HEAD.is_file()             # the default model's head ships\n"
+            "for name in ('pymtp.testing', 'pymtp_testing', 'tests'):\n"
+            "    assert importlib.util.find_spec(name) is None, name\n"
+            "s = pymtp.load('tiny')\n"
+            "r = pymtp.generate('def add(a, b):', s, max_tokens=8, ignore_eos=True)\n"
+            "assert r.text and len(r.tokens) == 8 and r.stats.n_steps > 0, r\n"
+            "print('ok', pymtp.__file__)\n"
+        ),
+    )
     assert out.startswith("ok ")
 
 

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SHAPE = dict(heads=9, heads_kv=3, dim=64, layers=30)   # SmolLM2-135M (the default model's trunk)
+SHAPE = dict(heads=9, heads_kv=3, dim=64, layers=30)  # SmolLM2-135M (the default model's trunk)
 
 
 def build(ggml_src: Path, include: Path, out: Path) -> Path:
@@ -34,8 +34,21 @@ def build(ggml_src: Path, include: Path, out: Path) -> Path:
     if missing:
         sys.exit(f"missing static libraries: {missing} (a build with BUILD_SHARED_LIBS=OFF)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["c++", "-O2", "-std=c++17", str(HERE / "attention" / "fa_bench.cpp"), f"-I{include}",
-                    *map(str, libs), "-fopenmp", "-lpthread", "-o", str(out)], check=True)
+    subprocess.run(
+        [
+            "c++",
+            "-O2",
+            "-std=c++17",
+            str(HERE / "attention" / "fa_bench.cpp"),
+            f"-I{include}",
+            *map(str, libs),
+            "-fopenmp",
+            "-lpthread",
+            "-o",
+            str(out),
+        ],
+        check=True,
+    )
     return out
 
 
@@ -76,9 +89,12 @@ def main() -> None:
         include = cached[-1] / "ggml" / "include"
     if a.threads is None:
         from pymtp.model import default_threads
+
         a.threads = default_threads()
-    exes = {"stock": build(a.stock_ggml, include, a.work / "fa_bench_stock"),
-            "patched": build(a.patched_ggml, include, a.work / "fa_bench_patched")}
+    exes = {
+        "stock": build(a.stock_ggml, include, a.work / "fa_bench_stock"),
+        "patched": build(a.patched_ggml, include, a.work / "fa_bench_patched"),
+    }
     positions = [int(p) for p in a.positions.split(",")]
 
     times: dict[tuple[str, int, int], list[float]] = {}
@@ -99,9 +115,13 @@ def main() -> None:
                     cost[(row["build"], row["position"], int(n))] = c1 * r
 
     L = SHAPE["layers"]
-    print(f"# {cpu_name()}, {os.cpu_count()} CPUs, {a.threads} thread(s); flash attention of the default model's "
-          f"shape, medians of {a.rounds} x {a.repeats}")
-    head = f"{'pos':>5} {'n':>2} {'stock us':>9} {'patched us':>10} {'p/s':>5} {'x30 stock ms':>12} {'x30 patched ms':>14}"
+    print(
+        f"# {cpu_name()}, {os.cpu_count()} CPUs, {a.threads} thread(s); flash attention of the default model's "
+        f"shape, medians of {a.rounds} x {a.repeats}"
+    )
+    head = (
+        f"{'pos':>5} {'n':>2} {'stock us':>9} {'patched us':>10} {'p/s':>5} {'x30 stock ms':>12} {'x30 patched ms':>14}"
+    )
     if cost:
         head += f" {'share stock':>11} {'share patched':>13}"
     print(head)
@@ -110,7 +130,9 @@ def main() -> None:
             s, p = med[("stock", pos, n)], med[("patched", pos, n)]
             line = f"{pos:5d} {n:2d} {s:9.1f} {p:10.1f} {p / s:5.2f} {L * s / 1e3:12.2f} {L * p / 1e3:14.2f}"
             if cost and ("stock", pos, n) in cost and ("patched", pos, n) in cost:
-                line += f" {L * s / 1e3 / cost[('stock', pos, n)]:11.2f} {L * p / 1e3 / cost[('patched', pos, n)]:13.2f}"
+                line += (
+                    f" {L * s / 1e3 / cost[('stock', pos, n)]:11.2f} {L * p / 1e3 / cost[('patched', pos, n)]:13.2f}"
+                )
             print(line)
 
 

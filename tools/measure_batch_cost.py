@@ -47,7 +47,7 @@ def worker(paths: dict[str, str], positions: list[int], threads: int | None) -> 
             t = pymtp.TargetContext(m, n_ctx=n_ctx, n_batch=512, n_threads=threads)
             toks = [int(x) for x in rng.integers(200, 40000, pos + N_MAX)]
             for p0 in range(0, pos, 512):
-                t.decode(toks[p0:min(pos, p0 + 512)], p0)
+                t.decode(toks[p0 : min(pos, p0 + 512)], p0)
             ctxs[(name, pos)] = (m, t, toks)
     print("ready", flush=True)
     for line in sys.stdin:
@@ -56,7 +56,7 @@ def worker(paths: dict[str, str], positions: list[int], threads: int | None) -> 
         _, t, toks = ctxs[(name, pos)]
         out = np.ones(n, dtype=np.uint8)
         t0 = time.perf_counter()
-        t.decode(toks[pos:pos + n], pos, output=out)
+        t.decode(toks[pos : pos + n], pos, output=out)
         dt = time.perf_counter() - t0
         t.seq_rm(pos)
         print(f"{dt * 1e3:.4f}", flush=True)
@@ -66,8 +66,13 @@ class Worker:
     def __init__(self, lib: str, paths: dict[str, str], positions: list[int], threads: int | None) -> None:
         env = dict(os.environ, PYMTP_LIBRARY=str(Path(lib).resolve()))
         arg = json.dumps({"paths": paths, "positions": positions, "threads": threads})
-        self.p = subprocess.Popen([sys.executable, __file__, "--worker", arg], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, env=env)
+        self.p = subprocess.Popen(
+            [sys.executable, __file__, "--worker", arg],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         line = self.p.stdout.readline().strip()
         if line != "ready":
             raise RuntimeError(f"worker for {lib} did not start: {line!r}")
@@ -115,8 +120,7 @@ def decode_weight_bytes(path: str) -> int:
     nn = r.fields.get(f"{arch}.nextn_predict_layers")
     n_trunk = n_block - (int(nn.contents()) if nn is not None else 0)
     names = {t.name: int(t.n_bytes) for t in r.tensors}
-    total = sum(b for name, b in names.items()
-                if name.startswith("blk.") and int(name.split(".")[1]) < n_trunk)
+    total = sum(b for name, b in names.items() if name.startswith("blk.") and int(name.split(".")[1]) < n_trunk)
     total += names.get("output.weight", names["token_embd.weight"])
     return total
 
@@ -178,7 +182,7 @@ def main() -> None:
     for r in range(a.repeats):
         for i in rng.permutation(len(order)):
             t, p, n = order[i]
-            for lib in (("stock", "patched") if r % 2 == 0 else ("patched", "stock")):
+            for lib in ("stock", "patched") if r % 2 == 0 else ("patched", "stock"):
                 times[(lib, t, p, n)].append(workers[lib].time(t, p, n))
     for w in workers.values():
         w.close()
@@ -198,13 +202,26 @@ def main() -> None:
             for lib in libs:
                 c1 = med[(lib, t, p, 1)]
                 ratios = [med[(lib, t, p, n)] / c1 for n in range(2, N_MAX + 1)]
-                print(f"{t:7} {p:5d} {lib:8} {c1:8.2f} " + " ".join(f"{x:9.2f}" for x in ratios)
-                      + f"  {1e3 / c1:5.0f}  {c1 / floor_ms:9.2f}")
-                result["rows"].append({"type": t, "position": p, "build": lib, "c1_ms": c1,
-                                       "ratios": dict(zip(range(2, N_MAX + 1), ratios)),
-                                       "tokens_per_s": 1e3 / c1, "floor_ms": floor_ms})
-            print(f"{'':7} {'':5} {'p/s':8} {med[('patched', t, p, 1)] / med[('stock', t, p, 1)]:8.2f}  "
-                  "(patched c(1) / stock c(1))")
+                print(
+                    f"{t:7} {p:5d} {lib:8} {c1:8.2f} "
+                    + " ".join(f"{x:9.2f}" for x in ratios)
+                    + f"  {1e3 / c1:5.0f}  {c1 / floor_ms:9.2f}"
+                )
+                result["rows"].append(
+                    {
+                        "type": t,
+                        "position": p,
+                        "build": lib,
+                        "c1_ms": c1,
+                        "ratios": dict(zip(range(2, N_MAX + 1), ratios)),
+                        "tokens_per_s": 1e3 / c1,
+                        "floor_ms": floor_ms,
+                    }
+                )
+            print(
+                f"{'':7} {'':5} {'p/s':8} {med[('patched', t, p, 1)] / med[('stock', t, p, 1)]:8.2f}  "
+                "(patched c(1) / stock c(1))"
+            )
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(result, indent=1) + "\n")

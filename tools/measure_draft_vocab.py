@@ -23,8 +23,13 @@ import pymtp
 from pymtp.chat import chat_prompt
 from pymtp.draft_vocab import calibration_files, frequent_tokens
 
-SHORT = ["Explain how a hash table works.", "Write a short story about a robot learning to paint.",
-         "What are the trade-offs between TCP and UDP?", "def fibonacci(n):", "import numpy as np\n\ndef softmax(x):"]
+SHORT = [
+    "Explain how a hash table works.",
+    "Write a short story about a robot learning to paint.",
+    "What are the trade-offs between TCP and UDP?",
+    "def fibonacci(n):",
+    "import numpy as np\n\ndef softmax(x):",
+]
 
 
 def long_prompts(s, n_tokens: int = 1500) -> list[list[int]]:
@@ -33,7 +38,7 @@ def long_prompts(s, n_tokens: int = 1500) -> list[list[int]]:
     for f in calibration_files()[-40:][::8]:
         toks = s.tokenize(f.read_text(encoding="utf-8", errors="replace"))
         if len(toks) > n_tokens + 200:
-            out.append(toks[-n_tokens - 200:-200])
+            out.append(toks[-n_tokens - 200 : -200])
     return out[:4]
 
 
@@ -44,7 +49,7 @@ def draft_cost(s, sizes: list[int], repeats: int) -> dict[int, float]:
     t.decode(toks, 0)
     h = t.hidden().copy()
     d = pymtp.DraftContext(t, n_batch=64, n_threads=s.n_threads)
-    d.decode(toks[1:], 1, h[0], h[1:n - 1], output=np.zeros(n - 1, np.uint8))
+    d.decode(toks[1:], 1, h[0], h[1 : n - 1], output=np.zeros(n - 1, np.uint8))
     times: dict[int, list[float]] = {k: [] for k in sizes}
     ids = {k: (frequent_tokens(s.model, k) if k else []) for k in sizes}
     one = np.ones(1, np.uint8)
@@ -85,8 +90,10 @@ def main() -> None:
     sizes = [int(x) for x in args.sizes.split(",")]
     with pymtp.load(args.model, n_threads=args.threads) as s:
         cost = draft_cost(s, sizes, args.repeats)
-        short = [chat_prompt(s.model, [{"role": "user", "content": p}]) if not p.startswith(("def", "import"))
-                 else p for p in SHORT]
+        short = [
+            chat_prompt(s.model, [{"role": "user", "content": p}]) if not p.startswith(("def", "import")) else p
+            for p in SHORT
+        ]
         long = [toks + s.tokenize("\n# continue\n", add_special=False) for toks in long_prompts(s)]
         a_short = acceptance(s, short, sizes, args.max_tokens)
         a_long = acceptance(s, long, sizes, args.max_tokens)

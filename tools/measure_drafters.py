@@ -15,8 +15,12 @@ import statistics
 import pymtp
 from pymtp.train import data
 
-VARIANTS = {"plain": False, "mtp-2": {"n_draft": 2}, "lookup-8": {"drafter": "lookup", "n_draft": 8},
-            "hybrid-8": {"drafter": "hybrid", "n_draft": 8}}
+VARIANTS = {
+    "plain": False,
+    "mtp-2": {"n_draft": 2},
+    "lookup-8": {"drafter": "lookup", "n_draft": 8},
+    "hybrid-8": {"drafter": "hybrid", "n_draft": 8},
+}
 
 
 def workloads() -> dict[str, list[dict]]:
@@ -24,8 +28,14 @@ def workloads() -> dict[str, list[dict]]:
     text = next(t for t in (data.read_text(f) for f in heldout) if t and 1200 < len(t) < 4000)
     text = text[:1500]
     return {
-        "code-edit": [{"role": "user", "content": "Here is a file:\n\n" + text +
-                       "\n\nRewrite the whole file exactly, but rename every `self` to `this`."}],
+        "code-edit": [
+            {
+                "role": "user",
+                "content": "Here is a file:\n\n"
+                + text
+                + "\n\nRewrite the whole file exactly, but rename every `self` to `this`.",
+            }
+        ],
         "new-code": [{"role": "user", "content": "Write a Python function that merges two sorted lists."}],
     }
 
@@ -42,11 +52,12 @@ def main() -> None:
     for _ in range(args.repeats):
         for wname, msgs in workloads().items():
             for vname, spec in VARIANTS.items():
-                pymtp.generate("unrelated", session, max_tokens=1, speculative=False)   # no reuse
+                pymtp.generate("unrelated", session, max_tokens=1, speculative=False)  # no reuse
                 r = pymtp.chat(msgs, session, max_tokens=args.tokens, ignore_eos=True, speculative=spec)
                 st = r.stats
-                rows.setdefault((wname, vname), []).append((st.tokens_per_second, st.tokens_per_step,
-                                                            st.acceptance_rate, st.by_source))
+                rows.setdefault((wname, vname), []).append(
+                    (st.tokens_per_second, st.tokens_per_step, st.acceptance_rate, st.by_source)
+                )
     print(f"{pymtp.system_info()}; threads {args.threads}; {args.tokens} tokens; medians of {args.repeats}")
     for wname in workloads():
         base = statistics.median(x[0] for x in rows[wname, "plain"])
@@ -54,9 +65,11 @@ def main() -> None:
             v = rows[wname, vname]
             tps = statistics.median(x[0] for x in v)
             src = ", ".join(f"{k} {d}/{a}" for k, (d, a) in sorted(v[-1][3].items()))
-            print(f"{wname:10s} {vname:9s} {tps:7.1f} tok/s  x plain {tps / base:5.2f}  "
-                  f"tokens/step {statistics.median(x[1] for x in v):5.2f}  "
-                  f"acceptance {statistics.median(x[2] for x in v):.2f}  drafted/accepted by source (last run): {src}")
+            print(
+                f"{wname:10s} {vname:9s} {tps:7.1f} tok/s  x plain {tps / base:5.2f}  "
+                f"tokens/step {statistics.median(x[1] for x in v):5.2f}  "
+                f"acceptance {statistics.median(x[2] for x in v):.2f}  drafted/accepted by source (last run): {src}"
+            )
 
 
 if __name__ == "__main__":

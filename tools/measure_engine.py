@@ -44,8 +44,20 @@ def side_env(spec: str) -> dict[str, str]:
 
 def bench_once(env: dict, args, out: Path) -> dict[str, list[float]]:
     """tokens/s of each (variant, sampling) of one pymtp bench run."""
-    cmd = [sys.executable, "-m", "pymtp", "bench", "--model", args.model, "--no-llama-cpp", "--no-profile",
-           "--no-plot", "--out", str(out), *args.bench_args.split()]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pymtp",
+        "bench",
+        "--model",
+        args.model,
+        "--no-llama-cpp",
+        "--no-profile",
+        "--no-plot",
+        "--out",
+        str(out),
+        *args.bench_args.split(),
+    ]
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     d = json.loads((out / "bench.json").read_text())
     got: dict[str, list[float]] = {}
@@ -66,8 +78,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--bench-args", default="--drafts 3 --temps 0,0.8 --n-prompts 3 --max-tokens 64 --repeats 1")
-    ap.add_argument("--serve-args", default="--policy fixed --n-draft 3",
-                    help="pymtp serve options of both servers (default: drafts of 3 every step)")
+    ap.add_argument(
+        "--serve-args",
+        default="--policy fixed --n-draft 3",
+        help="pymtp serve options of both servers (default: drafts of 3 every step)",
+    )
     ap.add_argument("--skip-bench", action="store_true")
     args = ap.parse_args()
     sides = {"before": side_env(args.before), "after": side_env(args.after)}
@@ -93,13 +108,35 @@ def main() -> None:
     try:
         for name, env in sides.items():
             port = free_port()
-            servers[name] = (port, subprocess.Popen(
-                [sys.executable, "-m", "pymtp", "serve", "-m", path, "--port", str(port), "-c", "4096",
-                 "--threads", str(args.threads), "--parallel", str(args.parallel), "-q", *args.serve_args.split()],
-                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            servers[name] = (
+                port,
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pymtp",
+                        "serve",
+                        "-m",
+                        path,
+                        "--port",
+                        str(port),
+                        "-c",
+                        "4096",
+                        "--threads",
+                        str(args.threads),
+                        "--parallel",
+                        str(args.parallel),
+                        "-q",
+                        *args.serve_args.split(),
+                    ],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                ),
+            )
         for port, proc in servers.values():
             wait_up(f"http://127.0.0.1:{port}/health", proc)
-            round_(pymtp_call, port, 1, 8)                        # warm up
+            round_(pymtp_call, port, 1, 8)  # warm up
         rows: dict[tuple[str, int], list] = {}
         for _ in range(args.rounds):
             for n in [int(x) for x in args.streams.split(",")]:
@@ -112,8 +149,11 @@ def main() -> None:
             a = statistics.median(x[0] for x in rows[("after", n)])
             acc = [statistics.median(x[1] for x in rows[(s, n)]) for s in ("before", "after")]
             table[n] = {"before": b, "after": a, "ratio": a / b, "acceptance": acc}
-            print(f"  {n} streams: before {b:7.1f}  after {a:7.1f}  {a / b:.3f}x  "
-                  f"(acceptance {acc[0]:.2f} / {acc[1]:.2f})", flush=True)
+            print(
+                f"  {n} streams: before {b:7.1f}  after {a:7.1f}  {a / b:.3f}x  "
+                f"(acceptance {acc[0]:.2f} / {acc[1]:.2f})",
+                flush=True,
+            )
         report["streams"] = {"table": table, "runs": {f"{k[0]} {k[1]}": [x[0] for x in v] for k, v in rows.items()}}
     finally:
         for _, proc in servers.values():

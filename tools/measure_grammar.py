@@ -24,8 +24,11 @@ SCHEMA = {
         "name": {"type": "string"},
         "age": {"type": "integer", "minimum": 0},
         "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}},
-        "address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "number"}},
-                    "required": ["city"]},
+        "address": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "zip": {"type": "number"}},
+            "required": ["city"],
+        },
     },
     "required": ["name", "age", "tags", "address"],
 }
@@ -35,6 +38,7 @@ DOC = '{"name": "Ada Lovelace", "age": 36, "tags": ["a", "c"], "address": {"city
 def default_vocab():
     import pymtp
     from pymtp.default_model import default_model_path
+
     m = pymtp.Model(default_model_path(), mtp=False)
     toks = []
     for i in range(m.n_vocab):
@@ -58,8 +62,9 @@ def synthetic(toks, n, seed=0):
 
 
 def ms(xs):
-    return (f"median {1e3 * statistics.median(xs):.3f} ms, mean {1e3 * statistics.fmean(xs):.3f}, "
-            f"max {1e3 * max(xs):.3f}")
+    return (
+        f"median {1e3 * statistics.median(xs):.3f} ms, mean {1e3 * statistics.fmean(xs):.3f}, max {1e3 * max(xs):.3f}"
+    )
 
 
 def bench_llguidance(toks, eos, encode, doc_tokens, repeats):
@@ -68,6 +73,7 @@ def bench_llguidance(toks, eos, encode, doc_tokens, repeats):
 
     class Tok:
         eos_token_id, bos_token_id, tokens, special_token_ids = eos, None, toks, []
+
         def __call__(self, s):
             return encode(s)
 
@@ -83,7 +89,7 @@ def bench_llguidance(toks, eos, encode, doc_tokens, repeats):
     assert not m.is_error(), m.get_error()
     mask = lln.allocate_token_bitmask(1, len(toks))
     fills, steps = [], []
-    for r in range(max(1, repeats // len(doc_tokens))):
+    for _r in range(max(1, repeats // len(doc_tokens))):
         m.reset()
         for t in doc_tokens:
             t0 = time.perf_counter()
@@ -99,9 +105,14 @@ def bench_llguidance(toks, eos, encode, doc_tokens, repeats):
 
 def bench_xgrammar(toks, eos, doc_tokens, repeats):
     import xgrammar as xgr
+
     t0 = time.perf_counter()
-    info = xgr.TokenizerInfo([t[1:] if t.startswith(b"\xff") else t for t in toks], xgr.VocabType.RAW,
-                             vocab_size=len(toks), stop_token_ids=[eos])
+    info = xgr.TokenizerInfo(
+        [t[1:] if t.startswith(b"\xff") else t for t in toks],
+        xgr.VocabType.RAW,
+        vocab_size=len(toks),
+        stop_token_ids=[eos],
+    )
     t_tok = time.perf_counter() - t0
     compiles = []
     for _ in range(5):
@@ -112,7 +123,7 @@ def bench_xgrammar(toks, eos, doc_tokens, repeats):
     m = xgr.GrammarMatcher(g)
     mask = np.full((1, (len(toks) + 31) // 32), -1, dtype=np.int32)
     fills, steps = [], []
-    for r in range(max(1, repeats // len(doc_tokens))):
+    for _r in range(max(1, repeats // len(doc_tokens))):
         m.reset()
         for t in doc_tokens:
             t0 = time.perf_counter()
@@ -135,8 +146,10 @@ def main():
     encode = lambda s: model.tokenize(s, add_special=False)  # noqa: E731
     for label, vocab in (("49,152 (SmolLM2)", toks), ("151,552 (synthetic)", synthetic(toks, 151_552))):
         print(f"vocabulary {label}, {len(doc)} positions x {max(1, args.repeats // len(doc))}")
-        for name, run in (("llguidance", lambda: bench_llguidance(vocab, eos, encode, doc, args.repeats)),
-                          ("xgrammar", lambda: bench_xgrammar(vocab, eos, doc, args.repeats))):
+        for name, run in (
+            ("llguidance", lambda vocab=vocab: bench_llguidance(vocab, eos, encode, doc, args.repeats)),
+            ("xgrammar", lambda vocab=vocab: bench_xgrammar(vocab, eos, doc, args.repeats)),
+        ):
             try:
                 t_tok, comp, fills, steps = run()
             except ImportError as e:

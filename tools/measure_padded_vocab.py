@@ -19,9 +19,9 @@ import numpy as np
 
 import pymtp
 from pymtp.bench import code_prompts, prose_prompts
+from pymtp.bench.vocab import padded_vocab_path
 from pymtp.config import SpecConfig
 from pymtp.default_model import resolve
-from pymtp.bench.vocab import padded_vocab_path
 
 
 def main() -> None:
@@ -48,17 +48,20 @@ def main() -> None:
             seq = toks + list(g1.tokens)
             with pymtp.TargetContext(s1.model, n_ctx=len(seq) + 1, n_batch=len(seq)) as t:
                 out_rows = np.zeros(len(seq), dtype=np.uint8)
-                out_rows[len(toks) - 1:] = 1            # the rows that chose generated tokens
+                out_rows[len(toks) - 1 :] = 1  # the rows that chose generated tokens
                 t.decode(seq, 0, output=out_rows)
                 L = np.array(t.logits(), dtype=np.float64)
             z = (L - L.max(axis=1, keepdims=True)) / a.temperature
             e = np.exp(z)
             mass = e[:, n_old:].sum(axis=1) / e.sum(axis=1)
             k20 = np.partition(L, -20, axis=1)[:, -20]
-            rec.update(n_positions=int(L.shape[0]), pad_mass_mean=float(mass.mean()),
-                       pad_mass_max=float(mass.max()),
-                       pad_in_top20=int((L[:, n_old:].max(axis=1) >= k20).sum()),
-                       gap_top_real_to_top_pad_min=float((L[:, :n_old].max(axis=1) - L[:, n_old:].max(axis=1)).min()))
+            rec.update(
+                n_positions=int(L.shape[0]),
+                pad_mass_mean=float(mass.mean()),
+                pad_mass_max=float(mass.max()),
+                pad_in_top20=int((L[:, n_old:].max(axis=1) >= k20).sum()),
+                gap_top_real_to_top_pad_min=float((L[:, :n_old].max(axis=1) - L[:, n_old:].max(axis=1)).min()),
+            )
             out["prompts"].append(rec)
             print(json.dumps(rec))
     if a.json:

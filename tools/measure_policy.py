@@ -18,9 +18,9 @@ from pymtp import SpecConfig
 PROMPTS = [
     "def fibonacci(n):\n",
     "import os\nimport sys\n\n\ndef main(argv):\n",
-    "class Stack:\n    \"\"\"A simple stack.\"\"\"\n\n    def __init__(self):\n",
+    'class Stack:\n    """A simple stack."""\n\n    def __init__(self):\n',
     "    def __repr__(self):\n        return",
-    "# Copyright 2001 Python Software Foundation\n\"\"\"Utilities for",
+    '# Copyright 2001 Python Software Foundation\n"""Utilities for',
     "try:\n    import json\nexcept ImportError:\n",
 ]
 
@@ -42,8 +42,15 @@ def run(model, cfg, temperature: float, max_tokens: int, seed: int):
     t0 = time.perf_counter()
     acc = drafted = steps = 0
     for i, p in enumerate(PROMPTS):
-        r = pymtp.generate(p, model, max_tokens=max_tokens, temperature=temperature, seed=seed + i,
-                           speculative=cfg if cfg is not None else False, ignore_eos=True)
+        r = pymtp.generate(
+            p,
+            model,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=seed + i,
+            speculative=cfg if cfg is not None else False,
+            ignore_eos=True,
+        )
         n_tok += len(r.tokens)
         acc += r.stats.n_accepted
         drafted += r.stats.n_drafted
@@ -64,18 +71,22 @@ def main() -> None:
     print(f"model {model.path.name}: {model.architecture}, n_embd {model.n_embd}, {model.n_layer} blocks")
     for temp in (float(t) for t in args.temps.split(",")):
         rows: dict[str, list[tuple[float, float, float]]] = {k: [] for k in CONFIGS}
-        run(model, CONFIGS["k=3"], temp, 16, 0)                     # warm-up
+        run(model, CONFIGS["k=3"], temp, 16, 0)  # warm-up
         for rep in range(args.repeats):
-            for name, cfg in CONFIGS.items():                      # interleaved
+            for name, cfg in CONFIGS.items():  # interleaved
                 rows[name].append(run(model, cfg, temp, args.max_tokens, 1000 * rep))
         base = statistics.median(r[0] for r in rows["plain"])
-        print(f"\ntemperature {temp}: median of {args.repeats} interleaved runs, {len(PROMPTS)} prompts x "
-              f"{args.max_tokens} tokens")
+        print(
+            f"\ntemperature {temp}: median of {args.repeats} interleaved runs, {len(PROMPTS)} prompts x "
+            f"{args.max_tokens} tokens"
+        )
         print(f"{'config':28s} {'tok/s':>8s} {'vs plain':>9s} {'accept':>7s} {'acc/step':>9s}")
         for name, rs in rows.items():
             tps = statistics.median(r[0] for r in rs)
-            print(f"{name:28s} {tps:8.1f} {tps / base:8.2f}x {statistics.median(r[1] for r in rs):7.2f} "
-                  f"{statistics.median(r[2] for r in rs):9.2f}")
+            print(
+                f"{name:28s} {tps:8.1f} {tps / base:8.2f}x {statistics.median(r[1] for r in rs):7.2f} "
+                f"{statistics.median(r[2] for r in rs):9.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -78,10 +78,10 @@ def costs(paths: list[Path], repeats: int) -> dict[Path, dict]:
         ctxs.append((p, m, t, d, toks, h))
     times = {p: {n: [] for n in range(1, 6)} | {"draft": []} for p in paths}
     for _ in range(repeats):
-        for p, m, t, d, toks, h in ctxs:
+        for p, _m, t, d, toks, h in ctxs:
             for n in range(1, 6):
                 t0 = time.perf_counter()
-                t.decode(toks[100:100 + n], 100)
+                t.decode(toks[100 : 100 + n], 100)
                 t.logits()
                 times[p][n].append(time.perf_counter() - t0)
                 t.seq_rm(100)
@@ -93,8 +93,11 @@ def costs(paths: list[Path], repeats: int) -> dict[Path, dict]:
     out = {}
     for p, m, t, d, _, _ in ctxs:
         c1 = float(np.median(times[p][1]))
-        out[p] = {"c1_ms": round(c1 * 1e3, 2), "draft_over_c1": round(float(np.median(times[p]["draft"])) / c1, 3),
-                  **{f"verify{n}_over_c1": round(float(np.median(times[p][n])) / c1, 3) for n in range(2, 6)}}
+        out[p] = {
+            "c1_ms": round(c1 * 1e3, 2),
+            "draft_over_c1": round(float(np.median(times[p]["draft"])) / c1, 3),
+            **{f"verify{n}_over_c1": round(float(np.median(times[p][n])) / c1, 3) for n in range(2, 6)},
+        }
         d.close()
         t.close()
         m.close()
@@ -102,7 +105,7 @@ def costs(paths: list[Path], repeats: int) -> dict[Path, dict]:
 
 
 def bound(a: float, c: dict, k: int) -> float:
-    return sum(a ** i for i in range(k + 1)) / (c[f"verify{k + 1}_over_c1"] + k * c["draft_over_c1"])
+    return sum(a**i for i in range(k + 1)) / (c[f"verify{k + 1}_over_c1"] + k * c["draft_over_c1"])
 
 
 def main() -> None:
@@ -112,8 +115,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--n-code", type=int, default=20)
     ap.add_argument("--work", default="build/pymtp-head", help="the trunk texts from python -m pymtp.train")
-    ap.add_argument("--texts", default="texts2.jsonl",
-                    help="the trunk texts in --work whose held-out items are measured (texts.jsonl: stage 1's)")
+    ap.add_argument(
+        "--texts",
+        default="texts2.jsonl",
+        help="the trunk texts in --work whose held-out items are measured (texts.jsonl: stage 1's)",
+    )
     ap.add_argument("--out", default="build/quant.json")
     ap.add_argument("--no-costs", action="store_true", help="measure (and keep) acceptance only")
     args = ap.parse_args()
@@ -129,19 +135,36 @@ def main() -> None:
     rows = []
     for (t, h), path in files.items():
         acc = acceptance(path, Path(args.work) / args.texts, args.n_code, out_dir)
-        rows.append({"trunk": t, "head": h, "file_mb": round(path.stat().st_size / 1e6, 1),
-                     **{k: round(v, 4) for k, v in acc.items()}})
+        rows.append(
+            {
+                "trunk": t,
+                "head": h,
+                "file_mb": round(path.stat().st_size / 1e6, 1),
+                **{k: round(v, 4) for k, v in acc.items()},
+            }
+        )
         print(rows[-1], flush=True)
     if args.no_costs:
         return
     cost = costs(list(files.values()), args.repeats)
-    for r, ((t, h), path) in zip(rows, files.items()):
+    for r, (_key, path) in zip(rows, files.items()):
         r.update(cost[path])
         r["bound_k1"] = round(bound(r["k1_trunk_greedy"], r, 1), 3)
         r["bound_k3"] = round(bound(r["k1_trunk_greedy"], r, 3), 3)
     Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
-    keys = ["trunk", "head", "file_mb", "k1_code", "k1_trunk_greedy", "c1_ms", "draft_over_c1",
-            "verify2_over_c1", "verify4_over_c1", "bound_k1", "bound_k3"]
+    keys = [
+        "trunk",
+        "head",
+        "file_mb",
+        "k1_code",
+        "k1_trunk_greedy",
+        "c1_ms",
+        "draft_over_c1",
+        "verify2_over_c1",
+        "verify4_over_c1",
+        "bound_k1",
+        "bound_k3",
+    ]
     print("| " + " | ".join(keys) + " |")
     print("|" + " --- |" * len(keys))
     for r in rows:

@@ -13,10 +13,10 @@ are interleaved (plain, speculative) and medians reported.
 
 from __future__ import annotations
 
-import sys
 import argparse
 import json
 import statistics
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -36,7 +36,7 @@ def run(session, n_tokens: int, spaces, speculative) -> tuple[float, float, floa
     b0 = sum(ns.bytes_crossed() for ns in spaces)
     steps = emitted = 0
     for p in PROMPTS:
-        pymtp.generate(p, session, max_tokens=1)         # the prompt's cache: decode only is timed
+        pymtp.generate(p, session, max_tokens=1)  # the prompt's cache: decode only is timed
         t0 = time.perf_counter()
         r = pymtp.generate(p, session, max_tokens=n_tokens, ignore_eos=True, speculative=speculative)
         secs += time.perf_counter() - t0
@@ -53,9 +53,11 @@ def measure(session, args, spaces) -> dict:
             rows[name].append(run(session, args.tokens, spaces, spec))
     out = {}
     for name, rs in rows.items():
-        out[name] = {"tokens_per_s": statistics.median(r[0] for r in rs),
-                     "bytes_per_token": statistics.median(r[1] for r in rs),
-                     "tokens_per_step": statistics.median(r[2] for r in rs)}
+        out[name] = {
+            "tokens_per_s": statistics.median(r[0] for r in rs),
+            "bytes_per_token": statistics.median(r[1] for r in rs),
+            "tokens_per_step": statistics.median(r[2] for r in rs),
+        }
     out["speedup"] = out["mtp"]["tokens_per_s"] / out["plain"]["tokens_per_s"]
     return out
 
@@ -83,20 +85,29 @@ def main() -> None:
 
     with ExitStack() as stack:
         spaces = [stack.enter_context(Namespace()) for _ in range(2)]
-        servers = [stack.enter_context(hosts.RPCServer(ns.ns_ip, 50052, prefix=ns.prefix, threads=1, binary=binary))
-                   for ns in spaces]
+        servers = [
+            stack.enter_context(hosts.RPCServer(ns.ns_ip, 50052, prefix=ns.prefix, threads=1, binary=binary))
+            for ns in spaces
+        ]
         result["split"] = {}
         for delay in [float(d) for d in args.delays.split(",")]:
-            for local_mtp in ((True, False) if delay == 0 else (True,)):
+            for local_mtp in (True, False) if delay == 0 else (True,):
                 with ExitStack() as inner:
                     if delay > 0:
                         proxies = [inner.enter_context(DelayProxy((s.host, s.port), delay / 1000)) for s in servers]
                         endpoints = [p.endpoint for p in proxies]
                     else:
                         endpoints = [s.endpoint for s in servers]
-                    session = inner.enter_context(pymtp.load(path, n_ctx=512, n_threads=args.threads,
-                                                             rpc_servers=endpoints, tensor_split=[1, 1],
-                                                             mtp_local=local_mtp))
+                    session = inner.enter_context(
+                        pymtp.load(
+                            path,
+                            n_ctx=512,
+                            n_threads=args.threads,
+                            rpc_servers=endpoints,
+                            tensor_split=[1, 1],
+                            mtp_local=local_mtp,
+                        )
+                    )
                     key = f"{delay:g}ms" + ("" if local_mtp else " mtp-remote")
                     result["split"][key] = measure(session, args, spaces)
                     print(f"split over 2 hosts, +{key}:", json.dumps(result["split"][key]), flush=True)

@@ -10,11 +10,11 @@ nucleus is wide (top-p's worst case).
 
 from __future__ import annotations
 
-from pathlib import Path
-import sys
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -37,8 +37,14 @@ VOCABS = (4096, 151_552, 248_320)
 def numpy_row(row, history, cfg, rng) -> int:
     if cfg["temperature"] == 0.0:
         return int(np.argmax(row))
-    p = reference_probs(row, history, temperature=cfg["temperature"], top_k=cfg.get("top_k", 0),
-                        top_p=cfg.get("top_p", 1.0), penalty=cfg.get("repetition_penalty", 1.0))
+    p = reference_probs(
+        row,
+        history,
+        temperature=cfg["temperature"],
+        top_k=cfg.get("top_k", 0),
+        top_p=cfg.get("top_p", 1.0),
+        penalty=cfg.get("repetition_penalty", 1.0),
+    )
     return reference_draw(rng, p)
 
 

@@ -15,7 +15,6 @@ measures one generation at a time.
 
 from __future__ import annotations
 
-from pathlib import Path
 import argparse
 import json
 import statistics
@@ -24,15 +23,23 @@ import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # pymtp_testing: the checkout's test helpers
 
 import pymtp
 from pymtp_testing.hosts import free_port
 
-PROMPTS = ["def fibonacci(n):", "The history of the printing press", "import json\n\ndef load(path):",
-           "class Stack:\n    def push(self, x):", "Once upon a time", "SELECT name FROM users WHERE",
-           "def quicksort(xs):", "The three laws of motion are"]
+PROMPTS = [
+    "def fibonacci(n):",
+    "The history of the printing press",
+    "import json\n\ndef load(path):",
+    "class Stack:\n    def push(self, x):",
+    "Once upon a time",
+    "SELECT name FROM users WHERE",
+    "def quicksort(xs):",
+    "The three laws of motion are",
+]
 
 
 def wait_up(url: str, proc: subprocess.Popen) -> None:
@@ -54,20 +61,26 @@ def post(url: str, body: dict) -> dict:
 
 
 def pymtp_call(port: int, prompt: str, n: int) -> tuple[int, int, int]:
-    r = post(f"http://127.0.0.1:{port}/v1/completions",
-             {"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True})
+    r = post(
+        f"http://127.0.0.1:{port}/v1/completions",
+        {"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True},
+    )
     ext = r["pymtp"]
     return r["usage"]["completion_tokens"], ext["n_drafted"], ext["n_accepted"]
 
 
 def llama_call(port: int, prompt: str, n: int) -> tuple[int, int, int]:
-    r = post(f"http://127.0.0.1:{port}/completion",
-             {"prompt": prompt, "n_predict": n, "temperature": 0, "ignore_eos": True, "cache_prompt": False})
+    r = post(
+        f"http://127.0.0.1:{port}/completion",
+        {"prompt": prompt, "n_predict": n, "temperature": 0, "ignore_eos": True, "cache_prompt": False},
+    )
     t = r.get("timings", {})
     return r.get("tokens_predicted", t.get("predicted_n", 0)), t.get("draft_n", 0), t.get("draft_n_accepted", 0)
 
 
-def round_(call, port: int, n_streams: int, tokens: int, which: list[int] | None = None) -> tuple[float, float, list[float]]:
+def round_(
+    call, port: int, n_streams: int, tokens: int, which: list[int] | None = None
+) -> tuple[float, float, list[float]]:
     """(aggregate tokens/s, acceptance, each stream's acceptance) of one round of n_streams
     concurrent completions."""
     prompts = [PROMPTS[i % len(PROMPTS)] for i in (which or range(n_streams))]
@@ -99,41 +112,99 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--parallel", type=int, default=4, help="pymtp serve --parallel (default 4)")
-    ap.add_argument("--p-min", type=float, default=None,
-                    help="pymtp serve --p-min (default: pymtp's, 0; llama-server drafts with its default 0.75)")
+    ap.add_argument(
+        "--p-min",
+        type=float,
+        default=None,
+        help="pymtp serve --p-min (default: pymtp's, 0; llama-server drafts with its default 0.75)",
+    )
     ap.add_argument("--llama-server", metavar="PATH")
     ap.add_argument("--no-llama-server", action="store_true", help="pymtp servers only")
-    ap.add_argument("--variants", default=None, metavar="NAMES",
-                    help="several pymtp servers, compared in the same rounds: auto (--policy auto), plain "
-                         "(--no-spec), kN (--n-draft N), kN-pP (--n-draft N --p-min P); e.g. auto,plain,k2,k2-p0.75 "
-                         "(default: one pymtp server with pymtp's defaults and --p-min)")
+    ap.add_argument(
+        "--variants",
+        default=None,
+        metavar="NAMES",
+        help="several pymtp servers, compared in the same rounds: auto (--policy auto), plain "
+        "(--no-spec), kN (--n-draft N), kN-pP (--n-draft N --p-min P); e.g. auto,plain,k2,k2-p0.75 "
+        "(default: one pymtp server with pymtp's defaults and --p-min)",
+    )
     args = ap.parse_args()
     path = str(pymtp.load(args.model, n_ctx=512).model.path)
     if not args.llama_server and not args.no_llama_server:
         from pymtp.bench.llama_build import ensure_llama_tools
+
         args.llama_server = ensure_llama_tools(tools=("llama-server",))["bins"]["llama-server"]
     variants = {"pymtp": ["--p-min", str(args.p_min)] if args.p_min is not None else []}
     if args.variants:
         variants = {v: variant_args(v) for v in args.variants.split(",")}
-    servers = []                                  # (name, call, port, process)
+    servers = []  # (name, call, port, process)
     for name, extra in variants.items():
         port = free_port()
-        servers.append((name, pymtp_call, port, subprocess.Popen(
-            [sys.executable, "-m", "pymtp", "serve", "-m", path, "--port", str(port), "-c", "4096",
-             "--threads", str(args.threads), "--parallel", str(args.parallel), "-q", *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+        servers.append(
+            (
+                name,
+                pymtp_call,
+                port,
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pymtp",
+                        "serve",
+                        "-m",
+                        path,
+                        "--port",
+                        str(port),
+                        "-c",
+                        "4096",
+                        "--threads",
+                        str(args.threads),
+                        "--parallel",
+                        str(args.parallel),
+                        "-q",
+                        *extra,
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                ),
+            )
+        )
     if not args.no_llama_server:
         l_port = free_port()
-        servers.append(("llama-server", llama_call, l_port, subprocess.Popen(
-            [args.llama_server, "-m", path, "--port", str(l_port), "-c", "4096", "--parallel", "4",
-             "--spec-type", "draft-mtp", "-t", str(args.threads), "-tb", str(args.threads)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+        servers.append(
+            (
+                "llama-server",
+                llama_call,
+                l_port,
+                subprocess.Popen(
+                    [
+                        args.llama_server,
+                        "-m",
+                        path,
+                        "--port",
+                        str(l_port),
+                        "-c",
+                        "4096",
+                        "--parallel",
+                        "4",
+                        "--spec-type",
+                        "draft-mtp",
+                        "-t",
+                        str(args.threads),
+                        "-tb",
+                        str(args.threads),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                ),
+            )
+        )
     procs = [s[3] for s in servers]
     p_port = servers[0][2]
     try:
-        for _, call, port, proc in servers:
+        for _, _call, port, proc in servers:
             wait_up(f"http://127.0.0.1:{port}/health", proc)
-        for _, call, port, _ in servers:   # warm up
+        for _, call, port, _ in servers:  # warm up
             round_(call, port, 1, 8)
         rows = {}
         for _ in range(args.repeats):
@@ -144,8 +215,11 @@ def main() -> None:
         for (name, n), v in sorted(rows.items()):
             tps, acc = statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)
             table[f"{name} {n}"] = {"tokens_per_s": tps, "acceptance": acc}
-            print(f"{name:12s} {n} streams: {tps:7.1f} tok/s aggregate, acceptance {acc:.2f} "
-                  f"(runs: {', '.join(f'{x[0]:.1f}' for x in v)})", flush=True)
+            print(
+                f"{name:12s} {n} streams: {tps:7.1f} tok/s aggregate, acceptance {acc:.2f} "
+                f"(runs: {', '.join(f'{x[0]:.1f}' for x in v)})",
+                flush=True,
+            )
         # each of the first 4 prompts alone, against its stream in the 4-stream rounds
         n4 = min(4, max(int(x) for x in args.streams.split(",")))
         alone = [[round_(pymtp_call, p_port, 1, args.tokens, [i])[1] for _ in range(args.repeats)] for i in range(n4)]
@@ -154,10 +228,24 @@ def main() -> None:
         for i in range(n4):
             a, t = statistics.median(alone[i]), statistics.median(together[i]) if together[i] else float("nan")
             per_stream.append({"prompt": PROMPTS[i], "alone": a, f"in {n4} streams": t})
-            print(f"pymtp acceptance of prompt {i}: alone {a:.3f}, in {n4} streams {t:.3f} ({100 * (t - a):+.1f} points)")
-        print(json.dumps({"model": path, "system": pymtp.system_info(), "tokens": args.tokens, "parallel": args.parallel, "p_min": args.p_min,
-                          "variants": list(variants),
-                          "table": table, "per_stream_acceptance": per_stream}, indent=1))
+            print(
+                f"pymtp acceptance of prompt {i}: alone {a:.3f}, in {n4} streams {t:.3f} ({100 * (t - a):+.1f} points)"
+            )
+        print(
+            json.dumps(
+                {
+                    "model": path,
+                    "system": pymtp.system_info(),
+                    "tokens": args.tokens,
+                    "parallel": args.parallel,
+                    "p_min": args.p_min,
+                    "variants": list(variants),
+                    "table": table,
+                    "per_stream_acceptance": per_stream,
+                },
+                indent=1,
+            )
+        )
     finally:
         for p in procs:
             p.terminate()

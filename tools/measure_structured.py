@@ -19,16 +19,27 @@ import pymtp
 from pymtp.chat import chat_prompt, chat_prompt_tokens
 from pymtp.grammar import Constraint
 
-SCHEMA = {"type": "object", "properties": {
-    "name": {"type": "string", "maxLength": 30},
-    "age": {"type": "integer", "minimum": 0, "maximum": 150},
-    "skills": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 4},
-    "address": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
-                                                 "country": {"type": "string", "maxLength": 30}},
-                "required": ["city", "country"], "additionalProperties": False}},
-    "required": ["name", "age", "skills", "address"], "additionalProperties": False}
-PROMPTS = ["Describe a software engineer as a JSON object.", "Describe a famous painter as a JSON object.",
-           "Describe a chef from Italy as a JSON object."]
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 30},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "skills": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 4},
+        "address": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 30}, "country": {"type": "string", "maxLength": 30}},
+            "required": ["city", "country"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["name", "age", "skills", "address"],
+    "additionalProperties": False,
+}
+PROMPTS = [
+    "Describe a software engineer as a JSON object.",
+    "Describe a famous painter as a JSON object.",
+    "Describe a chef from Italy as a JSON object.",
+]
 
 
 class Timed:
@@ -77,8 +88,13 @@ def main() -> None:
                 for kind in out:
                     m = Timed(c.matcher()) if "schema" in kind else None
                     t0 = time.perf_counter()
-                    r = pymtp.generate(p, s, max_tokens=args.max_tokens, constraint=m,
-                                       speculative=spec if kind.startswith("spec") else False)
+                    r = pymtp.generate(
+                        p,
+                        s,
+                        max_tokens=args.max_tokens,
+                        constraint=m,
+                        speculative=spec if kind.startswith("spec") else False,
+                    )
                     dt = time.perf_counter() - t0 - r.stats.t_prefill
                     out[kind]["tps"].append(len(r.tokens) / dt)
                     out[kind]["acc"][0] += r.stats.n_accepted
@@ -86,8 +102,10 @@ def main() -> None:
                     if m is not None and kind.startswith("spec"):
                         mask_ms += m.seconds * 1e3
                         mask_rows += m.rows
-        print(f"model {s.model.path.name}, n_draft {args.n_draft}, {args.threads} threads, greedy, "
-              f"{args.max_tokens} tokens, {len(prompts)} prompts x {args.repeats}")
+        print(
+            f"model {s.model.path.name}, n_draft {args.n_draft}, {args.threads} threads, greedy, "
+            f"{args.max_tokens} tokens, {len(prompts)} prompts x {args.repeats}"
+        )
         base = statistics.median(out["spec"]["tps"])
         print(f"{'variant':<14} | {'tok/s':>7} | {'x spec':>6} | acceptance")
         for kind, v in out.items():

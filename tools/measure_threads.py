@@ -58,8 +58,11 @@ def main() -> None:
                 p.join(5)
         for (t, s), v in rows.items():
             table[f"load={load} threads={t} {s}"] = statistics.median(v)
-            print(f"background busy processes {load}: threads {t} {s:5s} {statistics.median(v):8.1f} tok/s "
-                  f"(runs: {', '.join(f'{x:.1f}' for x in v)})", flush=True)
+            print(
+                f"background busy processes {load}: threads {t} {s:5s} {statistics.median(v):8.1f} tok/s "
+                f"(runs: {', '.join(f'{x:.1f}' for x in v)})",
+                flush=True,
+            )
     print(json.dumps({"system": pymtp.system_info(), "cpu_count": mp.cpu_count(), "tok_s": table}, indent=1))
 
 

@@ -12,13 +12,13 @@ Exit status 1 when a bound (--max-growth-mib, per phase) is exceeded.
 
 from __future__ import annotations
 
-from pathlib import Path
 import argparse
 import gc
 import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 
 def rss_mib() -> float:
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import pymtp
+
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # pymtp_testing: the checkout's test helpers
     from pymtp_testing import fixtures
 
@@ -69,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     grown = rss_mib() - base
     dt = time.perf_counter() - t0
-    print(f"generate: {args.generations} calls in {dt:.1f} s, RSS growth {grown:+.2f} MiB "
-          f"({grown * 2**20 / max(1, args.generations):+.0f} B/call)")
+    print(
+        f"generate: {args.generations} calls in {dt:.1f} s, RSS growth {grown:+.2f} MiB "
+        f"({grown * 2**20 / max(1, args.generations):+.0f} B/call)"
+    )
     failed |= grown > args.max_growth_mib
     m.close()
 
@@ -96,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     grown = rss_mib() - base
     dt = time.perf_counter() - t0
-    print(f"load/close: {args.cycles} cycles in {dt:.1f} s, RSS growth {grown:+.2f} MiB "
-          f"({grown * 1024 / max(1, args.cycles):+.1f} KiB/cycle)")
+    print(
+        f"load/close: {args.cycles} cycles in {dt:.1f} s, RSS growth {grown:+.2f} MiB "
+        f"({grown * 1024 / max(1, args.cycles):+.1f} KiB/cycle)"
+    )
     failed |= grown > args.max_growth_mib
     print("FAIL" if failed else "OK")
     return 1 if failed else 0

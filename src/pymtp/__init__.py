@@ -1,13 +1,15 @@
 """pymtp: multi-token-prediction speculative decoding from Python, on llama.cpp.
 
-    import pymtp
-    print(pymtp.generate("def fibonacci(n):", max_tokens=64).text)
+import pymtp
+print(pymtp.generate("def fibonacci(n):", max_tokens=64).text)
 """
 
-from ._native import build_info, set_log_level, system_info
 from . import display as _display
+from ._native import build_info, set_log_level, system_info
+from .batch import Batch, BatchItem
 from .chat import chat, chat_stream
 from .config import GenerationConfig, SamplingConfig, SpecConfig
+from .default_model import default_model_path
 from .errors import (
     ContextFullError,
     DecodeError,
@@ -16,8 +18,6 @@ from .errors import (
     PymtpError,
     UnsupportedError,
 )
-from .default_model import default_model_path
-from .batch import Batch, BatchItem
 from .generate import TextStream, generate, load, stream
 from .model import DraftContext, Model, TargetContext
 from .quant import quantize
@@ -27,7 +27,7 @@ from .stats import GenerationResult, SpecStats, StepResult
 
 __version__ = "0.1.0"
 
-_display.register_jupyter()      # results and stats render as tables in a notebook
+_display.register_jupyter()  # results and stats render as tables in a notebook
 
 __all__ = [
     "Batch",

@@ -11,9 +11,10 @@ import os
 import platform
 import re
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any
 
 import cffi
 
@@ -62,11 +63,11 @@ class _Lib:
     so a call costs one attribute lookup, as on the cffi library itself. ``instrument``
     swaps timed wrappers in for the ``pymtp_*`` functions while it runs."""
 
-    def __init__(self, raw) -> None:
+    def __init__(self, raw: Any) -> None:
         self.__dict__["_raw"] = raw
 
-    def __getattr__(self, name: str):
-        value = getattr(self._raw, name)        # AttributeError for a name the header lacks
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._raw, name)  # AttributeError for a name the header lacks
         self.__dict__[name] = value
         return value
 
@@ -87,8 +88,8 @@ def instrument(on_call: Callable[[str, float], None]) -> Iterator[None]:
     back on exit, also when the block raises. Blocks may nest."""
     pc = time.perf_counter
 
-    def timed(name: str, f):
-        def call(*args):
+    def timed(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
             t = pc()
             try:
                 return f(*args)
@@ -109,8 +110,8 @@ def instrument(on_call: Callable[[str, float], None]) -> Iterator[None]:
         lib.__dict__.update(before)
 
 
-_ERRORS: dict[int, type[PymtpError]] = {
-    lib.PYMTP_ERR_ARG: ValueError,  # type: ignore[dict-item]
+_ERRORS: dict[int, type[Exception]] = {
+    lib.PYMTP_ERR_ARG: ValueError,
     lib.PYMTP_ERR_HANDLE: InvalidHandleError,
     lib.PYMTP_ERR_LOAD: ModelLoadError,
     lib.PYMTP_ERR_DECODE: DecodeError,
@@ -119,7 +120,7 @@ _ERRORS: dict[int, type[PymtpError]] = {
 
 
 def last_error() -> str:
-    return ffi.string(lib.pymtp_last_error()).decode("utf-8", "replace")
+    return str(ffi.string(lib.pymtp_last_error()).decode("utf-8", "replace"))
 
 
 def check(rc: int) -> int:
@@ -153,8 +154,8 @@ _LEVELS = {
 }
 
 
-@ffi.callback("void(int, const char *)")
-def _on_log(level: int, text) -> None:  # pragma: no cover - exercised through llama.cpp
+@ffi.callback("void(int, const char *)")  # type: ignore[untyped-decorator]  # cffi has no type information
+def _on_log(level: int, text: Any) -> None:  # pragma: no cover - exercised through llama.cpp
     try:
         llama_log.log(_LEVELS.get(level, logging.INFO), "%s", ffi.string(text).decode("utf-8", "replace"))
     except Exception:
@@ -200,7 +201,7 @@ _configure_logging_from_env()
 
 
 def build_info() -> str:
-    return ffi.string(lib.pymtp_build_info()).decode()
+    return str(ffi.string(lib.pymtp_build_info()).decode())
 
 
 def _cpu_model() -> str:

@@ -14,6 +14,7 @@ new text goes to the free slot whose last text shares the longest prefix with it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 from . import engine
 from .config import GenerationConfig, SamplingConfig, SpecConfig
@@ -21,6 +22,7 @@ from .drafters import check_can_draft, drafter_kind, make_drafter
 from .errors import UnsupportedError
 from .model import DraftContext, Model, TargetContext
 from .rollback import n_rs_seq_for
+from .sampling import LogitsProcessor, TokenConstraint
 from .seqview import DraftView, TargetView
 from .session import Session
 from .speculator import MTPSpeculator
@@ -37,7 +39,7 @@ class BatchItem:
     speculator: MTPSpeculator
     out: TextOutput
     steps: list[StepResult] = field(default_factory=list)
-    result: GenerationResult | None = None      # once finished
+    result: GenerationResult | None = None  # once finished
 
     @property
     def finished(self) -> bool:
@@ -58,8 +60,15 @@ class Batch:
         a.result.text
     """
 
-    def __init__(self, model, n_seq: int = 4, *, n_ctx: int = 2048, n_batch: int = 512,
-                 spec: SpecConfig | bool | None = True) -> None:
+    def __init__(
+        self,
+        model: Session | Model,
+        n_seq: int = 4,
+        *,
+        n_ctx: int = 2048,
+        n_batch: int = 512,
+        spec: SpecConfig | bool | None = True,
+    ) -> None:
         self.session = model if isinstance(model, Session) else None
         self.model: Model = model.model if isinstance(model, Session) else model
         if not 1 <= n_seq <= 64:
@@ -67,13 +76,14 @@ class Batch:
         self.n_seq, self.n_ctx = n_seq, n_ctx
         self.spec = SpecConfig() if spec is True else (spec or None)
         # one pool of n_seq * n_ctx cells: every sequence may fill its n_ctx
-        self.target = TargetContext(self.model, n_ctx=n_seq * n_ctx, n_batch=n_batch, n_seq_max=n_seq,
-                                    n_rs_seq=n_rs_seq_for(self.model))
+        self.target = TargetContext(
+            self.model, n_ctx=n_seq * n_ctx, n_batch=n_batch, n_seq_max=n_seq, n_rs_seq=n_rs_seq_for(self.model)
+        )
         self.draft = DraftContext(self.target, n_seq_max=n_seq) if self.model.mtp_loaded else None
         self._speculators: list[MTPSpeculator | None] = [None] * n_seq
-        self._kinds: list[str | None] = [None] * n_seq        # each slot's drafter kind
+        self._kinds: list[str | None] = [None] * n_seq  # each slot's drafter kind
         self.active: dict[int, BatchItem] = {}
-        self._lru: list[int] = list(range(n_seq))          # free slots, least recently used first
+        self._lru: list[int] = list(range(n_seq))  # free slots, least recently used first
 
     # ---- joining and leaving -------------------------------------------------------------------
 
@@ -81,24 +91,46 @@ class Batch:
     def free(self) -> int:
         return self.n_seq - len(self.active)
 
-    def add(self, prompt: list[int], *, sampling: SamplingConfig | None = None, spec: SpecConfig | None = None,
-            limits: GenerationConfig | None = None, constraint=None, logits_processor=None, logprobs: bool = False,
-            top_logprobs: int = 0) -> BatchItem:
+    def add(
+        self,
+        prompt: list[int],
+        *,
+        sampling: SamplingConfig | None = None,
+        spec: SpecConfig | None = None,
+        limits: GenerationConfig | None = None,
+        constraint: TokenConstraint | None = None,
+        logits_processor: LogitsProcessor | None = None,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+    ) -> BatchItem:
         """Start a text in a free slot (its prompt is prefilled now); it takes part from the
         next step() on. constraint, logits_processor, logprobs, top_logprobs: as for a single
         generation (MTPSpeculator.start), for this text."""
         if not self.free:
             raise UnsupportedError(f"all {self.n_seq} slots are busy: wait for a text to finish")
         if len(prompt) >= self.n_ctx:
-            raise ValueError(f"the prompt has {len(prompt)} tokens; the context of a slot holds {self.n_ctx} "
-                             "(leave room for at least one new token)")
+            raise ValueError(
+                f"the prompt has {len(prompt)} tokens; the context of a slot holds {self.n_ctx} "
+                "(leave room for at least one new token)"
+            )
         seq = self._pick_slot(prompt)
         sp = self._speculator(seq, spec if spec is not None else self.spec)
-        sp.start(prompt, sampling or SamplingConfig(), constraint=constraint, logits_processor=logits_processor,
-                 logprobs=logprobs, top_logprobs=top_logprobs)
+        sp.start(
+            prompt,
+            sampling or SamplingConfig(),
+            constraint=constraint,
+            logits_processor=logits_processor,
+            logprobs=logprobs,
+            top_logprobs=top_logprobs,
+        )
         self._lru.remove(seq)
-        out = TextOutput(self.session or self.model, limits or GenerationConfig(), logprobs=logprobs,
-                         top_logprobs=top_logprobs, constraint=constraint)
+        out = TextOutput(
+            self.session or self.model,
+            limits or GenerationConfig(),
+            logprobs=logprobs,
+            top_logprobs=top_logprobs,
+            constraint=constraint,
+        )
         item = BatchItem(seq, list(prompt), sp, out)
         self.active[seq] = item
         return item
@@ -124,8 +156,13 @@ class Batch:
             target = TargetView(self.target, seq, n_ctx=self.n_ctx)
             draft = DraftView(self.draft, seq, n_ctx=self.n_ctx) if self.draft is not None else None
             # the policy's costs are the batch's: one verify of every sequence's rows
-            sp = MTPSpeculator(target, make_drafter(kind, self.model, draft), spec=spec or SpecConfig(),
-                               batch_rows=self.n_seq * ((spec or SpecConfig()).n_draft + 1))
+            # (a sequence's views stand in for the contexts: they forward the rest to them)
+            sp = MTPSpeculator(
+                cast(TargetContext, target),
+                make_drafter(kind, self.model, draft),
+                spec=spec or SpecConfig(),
+                batch_rows=self.n_seq * ((spec or SpecConfig()).n_draft + 1),
+            )
             self._speculators[seq], self._kinds[seq] = sp, kind
         elif spec is not None:
             sp.spec = spec
@@ -184,5 +221,5 @@ class Batch:
     def __enter__(self) -> Batch:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

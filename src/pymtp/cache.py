@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def cache_dir(sub: str = "") -> Path:

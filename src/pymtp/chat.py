@@ -14,17 +14,27 @@ appears as text.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
-from .generate import GenerationResult, ModelLike, TextStream, generate, stream
+from .generate import ModelLike, TextStream, generate, stream
 from .model import Model
 from .session import Session, as_session
+from .stats import GenerationResult
 from .template import content_text
 
-__all__ = ["chat", "chat_stream", "chat_prompt", "chat_prompt_tokens", "chat_stop_strings", "end_marker_stops",
-           "merge_stops", "normalize_messages"]
+__all__ = [
+    "chat",
+    "chat_stream",
+    "chat_prompt",
+    "chat_prompt_tokens",
+    "chat_stop_strings",
+    "end_marker_stops",
+    "merge_stops",
+    "normalize_messages",
+]
 
-Message = dict
+Message = dict[str, Any]
 
 _PROBE = ("\x01PYMTPQ\x01", "\x01PYMTPA\x01", "\x01PYMTPU\x01")
 # A special-token-looking marker: <|...|>, <...>, </s>, [/INST]-like tags, DeepSeek's fullwidth bars.
@@ -32,8 +42,17 @@ _MARKER = re.compile(r"<[|｜]?[^<>\s]{1,40}?[|｜]?>|\[/?[A-Z_]{2,20}\]|\[\|[a-
 # Markers that start a new turn rather than end one (never stops by themselves).
 _OPENERS = ("<|im_start|>", "<start_of_turn>", "<|start_header_id|>", "<s>", "[INST]", "<|begin_of_text|>")
 # Well-known end-of-turn markers, used when the probe finds none.
-_KNOWN_ENDS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|user|>", "<|observation|>",
-               "<｜end▁of▁sentence｜>", "<|endoftext|>", "<|end_of_text|>")
+_KNOWN_ENDS = (
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<end_of_turn>",
+    "<|end|>",
+    "<|user|>",
+    "<|observation|>",
+    "<｜end▁of▁sentence｜>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+)
 
 
 def normalize_messages(messages: str | Message | Iterable[Message]) -> list[dict[str, str]]:
@@ -59,8 +78,13 @@ def normalize_messages(messages: str | Message | Iterable[Message]) -> list[dict
     return out
 
 
-def chat_prompt(model: Model, messages: str | Message | Iterable[Message], *, template: str | None = None,
-                add_assistant: bool = True) -> str:
+def chat_prompt(
+    model: Model,
+    messages: str | Message | Iterable[Message],
+    *,
+    template: str | None = None,
+    add_assistant: bool = True,
+) -> str:
     """The prompt text the chat template makes of messages (ending with the assistant header).
 
     template: a llama.cpp built-in template name ("chatml", "llama3", "gemma", ...)
@@ -76,14 +100,20 @@ def chat_stop_strings(model: Model, template: str | None = None) -> tuple[str, .
     template ends a turn with plain text only, or the model has no template."""
     try:
         probe = model.apply_chat_template(
-            [{"role": "user", "content": _PROBE[0]}, {"role": "assistant", "content": _PROBE[1]},
-             {"role": "user", "content": _PROBE[2]}], add_assistant=False, template=template)
+            [
+                {"role": "user", "content": _PROBE[0]},
+                {"role": "assistant", "content": _PROBE[1]},
+                {"role": "user", "content": _PROBE[2]},
+            ],
+            add_assistant=False,
+            template=template,
+        )
     except Exception:
         return ()
     i, j = probe.find(_PROBE[1]), probe.find(_PROBE[2])
     if i < 0 or j < 0:
         return ()
-    tail = probe[i + len(_PROBE[1]):j]
+    tail = probe[i + len(_PROBE[1]) : j]
     for m in _MARKER.finditer(tail):
         marker = m.group(0)
         if marker not in _OPENERS:
@@ -127,27 +157,39 @@ def merge_stops(user: str | Sequence[str] | None, extra: tuple[str, ...]) -> lis
     return stops
 
 
-def _prepare(messages, session: Session, template, stop, stop_at_end_marker, tools=None, tool_choice=None,
-             jinja=None, generate_kwargs=None):
+def _prepare(
+    messages: str | Message | Iterable[Message],
+    session: Session,
+    template: str | None,
+    stop: str | Sequence[str] | None,
+    stop_at_end_marker: bool,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: Any = None,
+    jinja: bool | None = None,
+    generate_kwargs: dict[str, Any] | None = None,
+) -> tuple[list[int], list[str]]:
     if tools or jinja:
         # The GGUF's Jinja template with tools (pymtp.template); without tools and jinja, the
         # built-in template support as before.
         from .template import render_chat
-        prompt = render_chat(session.model, messages, template=template, tools=tools, tool_choice=tool_choice,
-                             jinja=jinja)
+
+        prompt = render_chat(
+            session.model, messages, template=template, tools=tools, tool_choice=tool_choice, jinja=jinja
+        )
     else:
         prompt = chat_prompt(session.model, messages, template=template)
     forced = _forced_tools(tools, tool_choice)
     if forced and generate_kwargs is not None and generate_kwargs.get("constraint") is None:
         from .grammar import Constraint
         from .tools import forced_call, tool_format
+
         fmt = tool_format(template or session.model.chat_template())
         generate_kwargs["constraint"] = Constraint(session.model, **forced_call(forced, fmt, session.model)).matcher()
     extra = end_marker_stops(session.model, template) if stop_at_end_marker else ()
     return chat_prompt_tokens(session.model, prompt), merge_stops(stop, extra)
 
 
-def _forced_tools(tools, tool_choice) -> list[dict] | None:
+def _forced_tools(tools: Sequence[dict[str, Any]] | None, tool_choice: Any) -> list[dict[str, Any]] | None:
     """The tools a tool_choice forces a call of: the named one, or all for "required"."""
     if not tools or tool_choice in (None, "auto", "none"):
         return None
@@ -160,10 +202,18 @@ def _forced_tools(tools, tool_choice) -> list[dict] | None:
     return chosen
 
 
-def chat(messages: str | Message | Iterable[Message], model: ModelLike = None, *,
-         template: str | None = None, stop: str | Sequence[str] | None = None,
-         stop_at_end_marker: bool = True, tools: list[dict] | None = None, tool_choice=None,
-         jinja: bool | None = None, **generate_kwargs) -> GenerationResult:
+def chat(
+    messages: str | Message | Iterable[Message],
+    model: ModelLike = None,
+    *,
+    template: str | None = None,
+    stop: str | Sequence[str] | None = None,
+    stop_at_end_marker: bool = True,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: Any = None,
+    jinja: bool | None = None,
+    **generate_kwargs: Any,
+) -> GenerationResult:
     """Generate the assistant's reply to chat messages.
 
     messages: [{"role": "system" | "user" | "assistant", "content": str}, ...]
@@ -182,23 +232,34 @@ def chat(messages: str | Message | Iterable[Message], model: ModelLike = None, *
     """
     session, made = as_session(model)
     try:
-        tokens, stops = _prepare(messages, session, template, stop, stop_at_end_marker, tools, tool_choice,
-                                 jinja, generate_kwargs)
-        return generate(tokens, session, stop=stops or None, **generate_kwargs)
+        tokens, stops = _prepare(
+            messages, session, template, stop, stop_at_end_marker, tools, tool_choice, jinja, generate_kwargs
+        )
+        result = generate(tokens, session, stop=stops or None, **generate_kwargs)
+        return cast(GenerationResult, result)  # one prompt, one result
     finally:
         if made:
             session.close()
 
 
-def chat_stream(messages: str | Message | Iterable[Message], model: ModelLike = None, *,
-                template: str | None = None, stop: str | Sequence[str] | None = None,
-                stop_at_end_marker: bool = True, tools: list[dict] | None = None, tool_choice=None,
-                jinja: bool | None = None, **generate_kwargs) -> TextStream:
+def chat_stream(
+    messages: str | Message | Iterable[Message],
+    model: ModelLike = None,
+    *,
+    template: str | None = None,
+    stop: str | Sequence[str] | None = None,
+    stop_at_end_marker: bool = True,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: Any = None,
+    jinja: bool | None = None,
+    **generate_kwargs: Any,
+) -> TextStream:
     """Like chat(), but a TextStream of reply pieces (`.result` once exhausted)."""
     session, made = as_session(model)
     try:
-        tokens, stops = _prepare(messages, session, template, stop, stop_at_end_marker, tools, tool_choice,
-                                 jinja, generate_kwargs)
+        tokens, stops = _prepare(
+            messages, session, template, stop, stop_at_end_marker, tools, tool_choice, jinja, generate_kwargs
+        )
         s = stream(tokens, session, stop=stops or None, **generate_kwargs)
     except BaseException:
         if made:

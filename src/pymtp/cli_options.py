@@ -35,7 +35,7 @@ _HELP = {
     "stop": "stop before TEXT (repeatable)",
     "seed": "random seed for sampling (default: random)",
     "drafter": "who drafts: the MTP head, prompt lookup (no model call; works without MTP blocks), or "
-               "lookup where it matches and the head elsewhere",
+    "lookup where it matches and the head elsewhere",
     "heads": "models with several MTP heads: chain (head i drafts token i+1) or first (head 0 drafts all)",
     "draft_vocab": "the MTP head scores only the N most frequent tokens (exact either way; 0 = all)",
     "min_p": "drop tokens below P x the top probability",
@@ -76,11 +76,16 @@ def _add_field(group, name: str, info: FieldInfo, default_note: str, default: An
     elif name == "logit_bias":
         group.add_argument(*flags, action="append", type=_bias, default=None, metavar="TOKEN=BIAS", help=text)
     elif kind is bool:
-        group.add_argument(*flags, action=argparse.BooleanOptionalAction, default=None,
-                           help=f"{text} ({default_note}{'on' if default else 'off'})")
+        group.add_argument(
+            *flags,
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help=f"{text} ({default_note}{'on' if default else 'off'})",
+        )
     elif typing.get_origin(kind) is Literal:
-        group.add_argument(*flags, choices=typing.get_args(kind), default=None,
-                           help=f"{text} ({default_note}{default})")
+        group.add_argument(
+            *flags, choices=typing.get_args(kind), default=None, help=f"{text} ({default_note}{default})"
+        )
     elif kind in (int, float):
         note = "" if default is None else f" ({default_note}{default:g})"
         group.add_argument(*flags, type=kind, default=None, metavar=_METAVAR[kind], help=f"{text}{note}")
@@ -92,16 +97,18 @@ def add_generation_args(p: argparse.ArgumentParser, *, max_tokens: int | None = 
     """The flags of every settings field, in three groups, and --no-spec. max_tokens: this
     command's own default (chat's 512); server: the flags are defaults of the requests."""
     note = "when a request gives none; default " if server else "default "
-    groups = (("output", GenerationConfig), ("sampling", SamplingConfig),
-              ("speculation (drafting)", SpecConfig))
+    groups = (("output", GenerationConfig), ("sampling", SamplingConfig), ("speculation (drafting)", SpecConfig))
     for title, model in groups:
         g = p.add_argument_group(title)
         for name, info in model.model_fields.items():
             default = max_tokens if name == "max_tokens" and max_tokens is not None else info.default
             _add_field(g, name, info, note, default)
         if model is SpecConfig:
-            g.add_argument("--no-spec", action="store_true",
-                           help="plain decoding, no drafting" + (" (requests may still ask for it)" if server else ""))
+            g.add_argument(
+                "--no-spec",
+                action="store_true",
+                help="plain decoding, no drafting" + (" (requests may still ask for it)" if server else ""),
+            )
     if max_tokens is not None:
         p.set_defaults(default_max_tokens=max_tokens)
 

@@ -6,7 +6,7 @@ CLI's flags are derived from their fields."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -22,20 +22,25 @@ class SamplingConfig(BaseModel):
     top_k: int = Field(0, ge=0, description="keep the k most likely tokens (0 = all)")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus: smallest set with this much mass")
     min_p: float = Field(0.0, ge=0.0, lt=1.0, description="drop tokens below min_p x the top probability")
-    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, description="divide a recent token's positive logit "
-                                      "by it, multiply a negative one (1 = off)")
+    repetition_penalty: float = Field(
+        1.0,
+        gt=0.0,
+        le=10.0,
+        description="divide a recent token's positive logit by it, multiply a negative one (1 = off)",
+    )
     repetition_window: int = Field(64, ge=0, description="recent tokens the penalties look at")
     # OpenAI's additive penalties, counted over the same window of recent tokens
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="subtracted once from a recent token's logit")
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="subtracted per occurrence in the window")
     logit_bias: tuple[tuple[int, float], ...] = Field(
-        (), description="(token, bias) pairs added to the logits first; a dict {token: bias} is accepted")
+        (), description="(token, bias) pairs added to the logits first; a dict {token: bias} is accepted"
+    )
     seed: int | None = Field(None, ge=0, description="seed of the sampling RNG (None: a random seed)")
 
     @field_validator("logit_bias", mode="before")
     @classmethod
-    def _bias_pairs(cls, value):
-        if isinstance(value, dict):      # OpenAI sends {"token id": bias}
+    def _bias_pairs(cls, value: Any) -> Any:
+        if isinstance(value, dict):  # OpenAI sends {"token id": bias}
             value = value.items()
         try:
             pairs = tuple(sorted((int(t), float(b)) for t, b in value))
@@ -79,10 +84,12 @@ class SpecConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     policy: Literal["auto", "fixed", "adaptive"] = Field(
-        "auto", description="auto: the draft length (0 included) with the most expected tokens per second, "
+        "auto",
+        description="auto: the draft length (0 included) with the most expected tokens per second, "
         "from measured costs and recent acceptance; fixed: n_draft every step; adaptive: the earlier "
         "adaptive length. Default: auto, or fixed/adaptive when n_draft, p_min, adaptive, cooldown, "
-        "cooldown_steps or n_min is given")
+        "cooldown_steps or n_min is given",
+    )
     n_draft: int = Field(3, ge=1, le=16)
     p_min: float = Field(0.0, ge=0.0, le=1.0)
     # Fixed length 3 measured fastest at greedy on the deep benchmark variant (1.66x plain;
@@ -93,24 +100,31 @@ class SpecConfig(BaseModel):
     cooldown_steps: int = Field(1, ge=0, le=1024)
     n_min: int = Field(1, ge=1, le=16, description="the shortest draft the adaptive policy uses")
     drafter: Literal["mtp", "lookup", "hybrid"] = Field(
-        "mtp", description="mtp: the model's MTP head; lookup: copy what followed the last n-gram "
+        "mtp",
+        description="mtp: the model's MTP head; lookup: copy what followed the last n-gram "
         "earlier in the text (prompt lookup, no model call; works without MTP blocks); hybrid: lookup "
-        "where it matches, the MTP head elsewhere (pymtp.hybrid)")
+        "where it matches, the MTP head elsewhere (pymtp.hybrid)",
+    )
     ngram: int = Field(3, ge=1, le=16, description="prompt lookup: the longest suffix it matches")
     heads: Literal["chain", "first"] = Field(
-        "chain", description="models with several MTP heads (step35, mimo2): chain: head i drafts token i+1, "
+        "chain",
+        description="models with several MTP heads (step35, mimo2): chain: head i drafts token i+1, "
         "as llama.cpp's driver does (drafts of at most the head count; every head is fed the accepted "
         "tokens); first: head 0 drafts every token, recursing on its own hidden row like a single-head "
-        "model (one head to feed, drafts up to n_draft)")
+        "model (one head to feed, drafts up to n_draft)",
+    )
     # 4096 measured best on the default model: draft cost / 4.25, acceptance at draft length 1
     # within a point of the whole vocabulary, short and long contexts (tools/measure_draft_vocab.py).
     draft_vocab: int = Field(
-        4096, ge=0, description="MTP head: score only the N most frequent tokens (a trimmed draft vocabulary, "
-        "pymtp.draft_vocab; exact either way) where the model allows it; 0 = the whole vocabulary")
+        4096,
+        ge=0,
+        description="MTP head: score only the N most frequent tokens (a trimmed draft vocabulary, "
+        "pymtp.draft_vocab; exact either way) where the model allows it; 0 = the whole vocabulary",
+    )
 
     @model_validator(mode="before")
     @classmethod
-    def _legacy_policy(cls, data):
+    def _legacy_policy(cls, data: Any) -> Any:
         if isinstance(data, dict) and "policy" not in data and any(k in data for k in LEGACY_POLICY_FIELDS):
             data = {**data, "policy": "adaptive" if data.get("adaptive") else "fixed"}
         return data
@@ -128,13 +142,14 @@ class GenerationConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_tokens: int = Field(256, ge=1, le=1 << 24, description="most tokens to generate")
-    stop: tuple[str, ...] = Field((), description="end the text before the first of these strings (one string is "
-                                  "accepted)")
+    stop: tuple[str, ...] = Field(
+        (), description="end the text before the first of these strings (one string is accepted)"
+    )
     ignore_eos: bool = Field(False, description="keep going past end-of-generation tokens")
 
     @field_validator("stop", mode="before")
     @classmethod
-    def _stop_as_tuple(cls, value):
+    def _stop_as_tuple(cls, value: Any) -> Any:
         return (value,) if isinstance(value, str) else value
 
     @field_validator("stop")

@@ -21,7 +21,7 @@ class ConstraintState:
 
     def __init__(self, constraint: TokenConstraint, n_vocab: int, n_rows: int) -> None:
         self.constraint = constraint
-        self.n_tentative = 0          # draft tokens it holds beyond the accepted text
+        self.n_tentative = 0  # draft tokens it holds beyond the accepted text
         self._masks = np.zeros((max(1, n_rows), (n_vocab + 31) // 32), dtype=np.uint32)
 
     def draft_mask(self, i: int) -> np.ndarray:
@@ -45,7 +45,7 @@ class ConstraintState:
         c, k = self.constraint, len(draft)
         if k + 1 > len(self._masks):
             raise ValueError(f"a draft of {k} tokens: this state masks drafts of at most {len(self._masks) - 1}")
-        if self.n_tentative > k:                  # a drafter drew tokens it then dropped
+        if self.n_tentative > k:  # a drafter drew tokens it then dropped
             c.rollback(self.n_tentative - k)
             self.n_tentative = k
         i = self.n_tentative

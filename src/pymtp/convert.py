@@ -26,10 +26,26 @@ from typing import Any
 import numpy as np
 
 ARCH = "glm4moe"
-_HEAD_KEYS = ("expert_count", "expert_used_count", "expert_shared_count", "expert_feed_forward_length",
-              "expert_weights_scale", "expert_weights_norm", "expert_gating_func")
-_TRUNK_TENSORS = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
-                  "ffn_gate", "ffn_up", "ffn_down"}
+_HEAD_KEYS = (
+    "expert_count",
+    "expert_used_count",
+    "expert_shared_count",
+    "expert_feed_forward_length",
+    "expert_weights_scale",
+    "expert_weights_norm",
+    "expert_gating_func",
+)
+_TRUNK_TENSORS = {
+    "attn_norm",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_norm",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+}
 
 
 def _gguf():
@@ -67,8 +83,7 @@ def unpermute_rope_rows(data: np.ndarray, n_head: int) -> np.ndarray:
     if rows % (2 * n_head):
         raise ValueError(f"{rows} rows do not split into {n_head} heads of even size")
     half = rows // n_head // 2
-    return np.ascontiguousarray(
-        data.reshape(n_head, half, 2, *data.shape[1:]).swapaxes(1, 2).reshape(data.shape))
+    return np.ascontiguousarray(data.reshape(n_head, half, 2, *data.shape[1:]).swapaxes(1, 2).reshape(data.shape))
 
 
 def _add_tensor(writer, name: str, t, data: np.ndarray | None = None, f16: bool = False) -> None:
@@ -84,8 +99,7 @@ def _add_tensor(writer, name: str, t, data: np.ndarray | None = None, f16: bool 
         writer.add_tensor(name, np.asarray(data), raw_dtype=t.tensor_type)
 
 
-def write_glm4moe(trunk: str | Path, out: str | Path, head: str | Path | None = None, *,
-                  f16: bool = False) -> Path:
+def write_glm4moe(trunk: str | Path, out: str | Path, head: str | Path | None = None, *, f16: bool = False) -> Path:
     """Convert the llama-architecture ``trunk`` GGUF into glm4moe at ``out``, with the NextN
     block of ``head`` attached when given (else a trunk-only file with no MTP block).
     f16: store every quantized matrix dequantized to F16, the token embedding (= the tied output
@@ -108,14 +122,16 @@ def write_glm4moe(trunk: str | Path, out: str | Path, head: str | Path | None = 
         if int(_field(hd, f"{ARCH}.embedding_length")) != n_embd:
             raise ValueError(f"{head}: head width {_field(hd, f'{ARCH}.embedding_length')} != trunk width {n_embd}")
         if int(_field(hd, f"{ARCH}.leading_dense_block_count")) != n_layer:
-            raise ValueError(f"{head}: the head follows {_field(hd, f'{ARCH}.leading_dense_block_count')} "
-                             f"trunk blocks, this trunk has {n_layer}")
+            raise ValueError(
+                f"{head}: the head follows {_field(hd, f'{ARCH}.leading_dense_block_count')} "
+                f"trunk blocks, this trunk has {n_layer}"
+            )
 
     out = Path(out)
     w = gguf.GGUFWriter(str(out), ARCH)
     for key, val, vtype, sub in _fields(src):
         if key.startswith("llama."):
-            key = ARCH + key[len("llama"):]
+            key = ARCH + key[len("llama") :]
         if key in (f"{ARCH}.block_count", "general.file_type"):
             continue
         w.add_key_value(key, val, vtype, sub)

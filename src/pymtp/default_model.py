@@ -25,7 +25,7 @@ TINY = MODELS_DIR / "pymtp-default.gguf"
 NAMES = {"default": "F16", "default-f16": "F16", "default-q4_1": "Q4_1"}
 #: Every name load() / --model accepts besides a path.
 ALIASES = (*NAMES, "tiny")
-ASSEMBLY = 2        # bump when pymtp.convert writes different bytes for the same inputs
+ASSEMBLY = 2  # bump when pymtp.convert writes different bytes for the same inputs
 
 
 def assembled(trunk_type: str = "F16") -> Path:
@@ -41,13 +41,13 @@ def assembled(trunk_type: str = "F16") -> Path:
     return cached_file(out, lambda tmp: convert.write_glm4moe(src, tmp, head=HEAD, f16=trunk_type == "F16"))
 
 
-def resolve(model: str | os.PathLike | None, file: str | None = None, revision: str | None = None) -> Path:
+def resolve(model: str | os.PathLike[str] | None, file: str | None = None, revision: str | None = None) -> Path:
     """A GGUF path for pymtp.load(model): None or "default" (the default model, $PYMTP_MODEL
     overrides), "default-q4_1", "tiny" (the small bundled model), a file path, or a Hugging
     Face Hub repository "org/repo" with file= a glob of the GGUF to take (pymtp.hub)."""
     if isinstance(model, str) and (file is not None or revision is not None or hub.looks_like_repo(model)):
         if not hub.looks_like_repo(model):
-            raise ValueError(f"file= and revision= name a GGUF in a Hub repository (\"org/repo\"), not in {model!r}")
+            raise ValueError(f'file= and revision= name a GGUF in a Hub repository ("org/repo"), not in {model!r}')
         return hub.hub_gguf(model, file, revision)
     if model is None:
         override = os.environ.get("PYMTP_MODEL")

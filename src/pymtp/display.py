@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import html
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .stats import GenerationResult, SpecStats
 
-__all__ = ["comparison_html", "plot_policy", "plot_stats", "register_jupyter", "result_html", "stats_html", "stats_line",
-           "stats_dict"]
+__all__ = [
+    "comparison_html",
+    "plot_policy",
+    "plot_stats",
+    "register_jupyter",
+    "result_html",
+    "stats_html",
+    "stats_line",
+    "stats_dict",
+]
 
 _TABLE = "border-collapse:collapse;font-family:monospace;font-size:12px;margin:4px 0"
 _TD = "padding:2px 10px;text-align:left;border-bottom:1px solid #ddd"
@@ -55,8 +64,10 @@ def stats_dict(stats: SpecStats) -> dict[str, Any]:
 
 def stats_line(stats: SpecStats, finish_reason: str | None = None) -> str:
     """One line of text: tokens, tok/s, acceptance, mean accepted length (the CLI's stats line)."""
-    parts = [f"{stats.n_emitted} tokens in {stats.t_total:.2f} s ({stats.tokens_per_second:.1f} tok/s)",
-             f"prompt {stats.n_prompt} tokens, prefill {_secs(stats.t_prefill)}"]
+    parts = [
+        f"{stats.n_emitted} tokens in {stats.t_total:.2f} s ({stats.tokens_per_second:.1f} tok/s)",
+        f"prompt {stats.n_prompt} tokens, prefill {_secs(stats.t_prefill)}",
+    ]
     if stats.n_drafted:
         by_pos = " ".join(f"{a:.2f}" for a in stats.acceptance_by_position)
         parts.append(f"acceptance {_pct(stats.acceptance_rate)} (by position {by_pos})")
@@ -97,8 +108,9 @@ def stats_html(stats: SpecStats) -> str:
         ks = stats.k_chosen
         pred = sum(stats.tps_predicted) / len(stats.tps_predicted)
         meas = sum(stats.tps_measured) / len(stats.tps_measured)
-        rows.append(("auto policy: draft length", f"mean {sum(ks) / len(ks):.2f}, plain steps "
-                                                  f"{_pct(ks.count(0) / len(ks))}"))
+        rows.append(
+            ("auto policy: draft length", f"mean {sum(ks) / len(ks):.2f}, plain steps {_pct(ks.count(0) / len(ks))}")
+        )
         rows.append(("  predicted / measured tok/s", f"{pred:.1f} / {meas:.1f} (per step, mean)"))
     else:
         rows.append(("speculation", "off (plain decoding)"))
@@ -110,17 +122,23 @@ def stats_html(stats: SpecStats) -> str:
         ("  verify (target)", f"{_secs(stats.t_verify)} ({_pct(stats.t_verify / total)})"),
         ("  python", f"{_secs(stats.t_python)} ({_pct(stats.t_python / total)})"),
     ]
-    return (f"<table class='pymtp-stats' style='{_TABLE}'><thead><tr><th style='{_TD}' colspan='2'>"
-            f"pymtp stats</th></tr></thead><tbody>{_rows_html(rows)}</tbody></table>")
+    return (
+        f"<table class='pymtp-stats' style='{_TABLE}'><thead><tr><th style='{_TD}' colspan='2'>"
+        f"pymtp stats</th></tr></thead><tbody>{_rows_html(rows)}</tbody></table>"
+    )
 
 
 def result_html(result: GenerationResult) -> str:
     """HTML of a GenerationResult: the text in a <pre>, then the stats table."""
     text = html.escape(result.text)
-    head = (f"<div style='font-family:monospace;font-size:12px;color:#555'>{len(result.tokens)} tokens, "
-            f"finish: {html.escape(str(result.finish_reason))}</div>")
-    pre = ("<pre class='pymtp-text' style='white-space:pre-wrap;word-break:break-word;background:#f7f7f7;"
-           f"padding:6px;border-radius:3px;margin:4px 0'>{text}</pre>")
+    head = (
+        f"<div style='font-family:monospace;font-size:12px;color:#555'>{len(result.tokens)} tokens, "
+        f"finish: {html.escape(str(result.finish_reason))}</div>"
+    )
+    pre = (
+        "<pre class='pymtp-text' style='white-space:pre-wrap;word-break:break-word;background:#f7f7f7;"
+        f"padding:6px;border-radius:3px;margin:4px 0'>{text}</pre>"
+    )
     return f"<div class='pymtp-result'>{pre}{head}{stats_html(result.stats)}</div>"
 
 
@@ -136,19 +154,22 @@ def comparison_html(results: Mapping[str, GenerationResult]) -> str:
         return f"<tr><td style='{_TD}'>{html.escape(label)}</td>{cells}</tr>"
 
     head = "".join(f"<th style='{_TDR}'>{html.escape(n)}</th>" for n in names)
-    body = "".join([
-        row("generated tokens", lambda r: f"{len(r.tokens)}"),
-        row("tokens / second", lambda r: f"{r.stats.tokens_per_second:.1f}"),
-        row(f"speed-up vs {names[0]}",
-            lambda r: f"{r.stats.tokens_per_second / base:.2f}x" if base > 0 else "-"),
-        row("steps", lambda r: f"{r.stats.n_steps}"),
-        row("tokens / step", lambda r: f"{r.stats.tokens_per_step:.2f}"),
-        row("acceptance rate", lambda r: _pct(r.stats.acceptance_rate) if r.stats.n_drafted else "-"),
-        row("step time", lambda r: _secs(r.stats.t_total)),
-        row("same text as first", lambda r: "yes" if r.text == results[names[0]].text else "no"),
-    ])
-    return (f"<table class='pymtp-compare' style='{_TABLE}'><thead><tr><th style='{_TD}'></th>{head}</tr>"
-            f"</thead><tbody>{body}</tbody></table>")
+    body = "".join(
+        [
+            row("generated tokens", lambda r: f"{len(r.tokens)}"),
+            row("tokens / second", lambda r: f"{r.stats.tokens_per_second:.1f}"),
+            row(f"speed-up vs {names[0]}", lambda r: f"{r.stats.tokens_per_second / base:.2f}x" if base > 0 else "-"),
+            row("steps", lambda r: f"{r.stats.n_steps}"),
+            row("tokens / step", lambda r: f"{r.stats.tokens_per_step:.2f}"),
+            row("acceptance rate", lambda r: _pct(r.stats.acceptance_rate) if r.stats.n_drafted else "-"),
+            row("step time", lambda r: _secs(r.stats.t_total)),
+            row("same text as first", lambda r: "yes" if r.text == results[names[0]].text else "no"),
+        ]
+    )
+    return (
+        f"<table class='pymtp-compare' style='{_TABLE}'><thead><tr><th style='{_TD}'></th>{head}</tr>"
+        f"</thead><tbody>{body}</tbody></table>"
+    )
 
 
 def _pyplot():
@@ -157,7 +178,8 @@ def _pyplot():
     except ImportError as e:
         raise ImportError(
             "plotting pymtp stats needs matplotlib, which is not installed: pip install 'pymtp-llm[plot]' "
-            "(or pip install matplotlib)") from e
+            "(or pip install matplotlib)"
+        ) from e
     return plt
 
 
@@ -186,31 +208,46 @@ def plot_stats(stats: SpecStats, ax=None):
         pos = list(range(1, len(rates) + 1))
         bars = ax_acc.bar(pos, rates, color="#4c72b0")
         for b, r, d in zip(bars, rates, stats.drafted_at):
-            ax_acc.annotate(f"{100 * r:.0f}%\n(n={d})", (b.get_x() + b.get_width() / 2, r), ha="center",
-                            va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+            ax_acc.annotate(
+                f"{100 * r:.0f}%\n(n={d})",
+                (b.get_x() + b.get_width() / 2, r),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                xytext=(0, 2),
+                textcoords="offset points",
+            )
         ax_acc.set_xticks(pos)
     else:
-        ax_acc.text(0.5, 0.5, "nothing drafted (plain decoding)", ha="center", va="center",
-                    transform=ax_acc.transAxes)
+        ax_acc.text(0.5, 0.5, "nothing drafted (plain decoding)", ha="center", va="center", transform=ax_acc.transAxes)
     ax_acc.set_ylim(0, 1.15)
     ax_acc.set_xlabel("draft position")
     ax_acc.set_ylabel("P(accepted | drafted)")
-    title = (f"acceptance {100 * stats.acceptance_rate:.0f}%, mean accepted {stats.mean_accepted:.2f}/step, "
-             f"{stats.tokens_per_second:.0f} tok/s")
+    title = (
+        f"acceptance {100 * stats.acceptance_rate:.0f}%, mean accepted {stats.mean_accepted:.2f}/step, "
+        f"{stats.tokens_per_second:.0f} tok/s"
+    )
 
-    parts = [("draft", stats.t_draft, "#dd8452"), ("verify", stats.t_verify, "#4c72b0"),
-             ("python", stats.t_python, "#55a868")]
+    parts = [
+        ("draft", stats.t_draft, "#dd8452"),
+        ("verify", stats.t_verify, "#4c72b0"),
+        ("python", stats.t_python, "#55a868"),
+    ]
     if ax_time is not None:
         left = 0.0
         total = stats.t_total or 1.0
         for name, t, color in parts:
-            ax_time.barh([0], [t * 1000], left=[left * 1000], color=color,
-                         label=f"{name} {t * 1000:.1f} ms ({100 * t / total:.0f}%)")
+            ax_time.barh(
+                [0],
+                [t * 1000],
+                left=[left * 1000],
+                color=color,
+                label=f"{name} {t * 1000:.1f} ms ({100 * t / total:.0f}%)",
+            )
             left += t
         ax_time.set_yticks([])
         ax_time.set_xlabel("step time (ms)")
-        ax_time.set_title(f"time split ({stats.n_steps} steps; prefill {stats.t_prefill * 1000:.1f} ms)",
-                          fontsize=10)
+        ax_time.set_title(f"time split ({stats.n_steps} steps; prefill {stats.t_prefill * 1000:.1f} ms)", fontsize=10)
         ax_time.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=1, fontsize=8, frameon=False)
         ax_acc.set_title(title, fontsize=10)
     else:
@@ -234,8 +271,14 @@ def plot_policy(stats: SpecStats, ax=None):
         fig = ax.figure
     steps = list(range(1, len(stats.k_chosen) + 1))
     if not steps:
-        ax.text(0.5, 0.5, "no auto-policy steps (fixed policy or plain decoding)", ha="center", va="center",
-                transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "no auto-policy steps (fixed policy or plain decoding)",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
         return fig
     ax.step(steps, stats.k_chosen, where="mid", color="#4c72b0", label="draft length k")
     ax.set_xlabel("step")
@@ -248,8 +291,9 @@ def plot_policy(stats: SpecStats, ax=None):
     rate.set_ylim(bottom=0)
     lines = ax.get_lines() + rate.get_lines()
     ax.legend(lines, [x.get_label() for x in lines], loc="upper right", fontsize=8, frameon=False)
-    ax.set_title(f"auto policy: mean k {sum(stats.k_chosen) / len(steps):.2f}, "
-                 f"{stats.tokens_per_second:.0f} tok/s", fontsize=10)
+    ax.set_title(
+        f"auto policy: mean k {sum(stats.k_chosen) / len(steps):.2f}, {stats.tokens_per_second:.0f} tok/s", fontsize=10
+    )
     return fig
 
 

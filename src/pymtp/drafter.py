@@ -12,6 +12,7 @@ older code).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -50,7 +51,7 @@ class DraftRequest:
     sampler: Sampler
     history: list[int]
     p_min: float = 0.0
-    constraint: ConstraintState | None = None    # masks each draft position, advanced by each token
+    constraint: ConstraintState | None = None  # masks each draft position, advanced by each token
 
     @property
     def plain_greedy(self) -> bool:
@@ -89,12 +90,14 @@ class Drafter:
 
     max_draft = 16
     wants_hidden = False
-    last_source = ""          # who proposed the last draft, for the statistics per source
-    vocab_size = 0            # tokens a trimmed MTP head scores (0: all, or not an MTP head)
-    verify_cost = None        # set by the speculator: k -> measured seconds of a k-token verify (or None)
+    last_source = ""  # who proposed the last draft, for the statistics per source
+    vocab_size = 0  # tokens a trimmed MTP head scores (0: all, or not an MTP head)
+    verify_cost: Callable[[int], float | None] | None = None  # set by the speculator: k -> measured
+    #   seconds of a k-token verify (or None)
 
-    def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
-                p_min: float = 0.0) -> Draft:
+    def propose(
+        self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int], p_min: float = 0.0
+    ) -> Draft:
         raise NotImplementedError
 
     def plan(self, request: DraftRequest) -> Draft | HeadJob:

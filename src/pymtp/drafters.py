@@ -6,7 +6,7 @@ wherever it is given."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .drafter import Drafter
 from .errors import UnsupportedError
@@ -34,7 +34,8 @@ def check_can_draft(model: Model, kind: str | None) -> None:
         raise UnsupportedError(
             f"{model.path.name} has no MTP blocks (architecture {model.architecture}, n_mtp_layers="
             f"{model.n_mtp_layers}, loaded={model.mtp_loaded}): speculative decoding needs them. Run it with "
-            "speculative=False, or draft by prompt lookup: speculative={'drafter': 'lookup'}.")
+            "speculative=False, or draft by prompt lookup: speculative={'drafter': 'lookup'}."
+        )
 
 
 def make_drafter(kind: str | None, model: Model, draft: DraftContext | DraftView | None) -> Drafter | None:
@@ -47,8 +48,9 @@ def make_drafter(kind: str | None, model: Model, draft: DraftContext | DraftView
     check_can_draft(model, kind)
     if kind in NEEDS_HEAD and draft is None:
         raise UnsupportedError(f"the {kind} drafter needs the MTP head's context")
-    if kind == "mtp":
-        return MTPDrafter(draft)
     if kind == "lookup":
         return PromptLookupDrafter(model.n_vocab)
-    return HybridDrafter(MTPDrafter(draft), PromptLookupDrafter(model.n_vocab))
+    head = cast("DraftContext", draft)  # checked above; a sequence's view stands in for a context
+    if kind == "mtp":
+        return MTPDrafter(head)
+    return HybridDrafter(MTPDrafter(head), PromptLookupDrafter(model.n_vocab))

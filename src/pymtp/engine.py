@@ -43,15 +43,22 @@ def step(seqs: Sequence[MTPSpeculator], max_new: Sequence[int | None]) -> list[S
     results: list[StepResult] = []
     try:
         ks = plan_batch(seqs, list(max_new))
-        requests = [DraftRequest(sp.tokens[-1], sp.n_past, k, sp.sampler, sp.tokens,
-                                 sp.policy.p_min if sp.policy else 0.0, sp.constraint) for sp, k in zip(seqs, ks)]
+        requests = [
+            DraftRequest(
+                sp.tokens[-1], sp.n_past, k, sp.sampler, sp.tokens, sp.policy.p_min if sp.policy else 0.0, sp.constraint
+            )
+            for sp, k in zip(seqs, ks)
+        ]
         drafts = draft_all([sp.drafter for sp in seqs], requests)
         t1 = time.perf_counter()
         # VERIFY: one target decode of every text's [last, d1..dk]
-        tokens, pos, seq_ids, offsets = [], [], [], []
+        tokens: list[int] = []
+        pos: list[int] = []
+        seq_ids: list[int] = []
+        offsets: list[int] = []
         for sp, d in zip(seqs, drafts):
             rows = [sp.tokens[-1]] + d.tokens
-            sp.rollback.mark(sp.n_past, rows)     # a plain step too: a failure must undo its decode
+            sp.rollback.mark(sp.n_past, rows)  # a plain step too: a failure must undo its decode
             offsets.append(len(tokens))
             tokens += rows
             pos += range(sp.n_past, sp.n_past + len(rows))
@@ -66,9 +73,11 @@ def step(seqs: Sequence[MTPSpeculator], max_new: Sequence[int | None]) -> list[S
         _observe_shared_costs(seqs, drafts, t1 - t0, t2 - t1)
         for sp, d, o, wh in zip(seqs, drafts, offsets, wants_hidden):
             n = len(d.tokens) + 1
-            results.append(sp.settle(d, logits[o:o + n], hidden[o:o + n] if wh else None, t0, t1, t2))
+            results.append(
+                sp.settle(d, logits[o : o + n], hidden[o : o + n] if wh and hidden is not None else None, t0, t1, t2)
+            )
     except BaseException:
-        for sp, n_past in list(zip(seqs, n_pasts))[len(results):]:
+        for sp, n_past in list(zip(seqs, n_pasts))[len(results) :]:
             sp.recover(n_past)
         raise
     return results

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numbers
 import os
-from typing import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
+from typing import cast
 
 import numpy as np
 from typing_extensions import Unpack
@@ -20,13 +21,24 @@ from .session import Session, as_session
 from .stats import GenerationResult
 from .textout import TextOutput
 
-ModelLike = Session | Model | str | os.PathLike | None
+ModelLike = Session | Model | str | os.PathLike[str] | None
 
 
-def load(path: str | os.PathLike | None = None, *, mtp: bool = True, n_ctx: int | None = None,
-         n_threads: int | None = None, n_gpu_layers: int = -1, cache_mb: int | None = None,
-         rpc_servers: list[str] | None = None, tensor_split: list[float] | None = None, mtp_local: bool = True,
-         rpc_timeout: float | None = None, file: str | None = None, revision: str | None = None) -> Session:
+def load(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    mtp: bool = True,
+    n_ctx: int | None = None,
+    n_threads: int | None = None,
+    n_gpu_layers: int = -1,
+    cache_mb: int | None = None,
+    rpc_servers: list[str] | None = None,
+    tensor_split: list[float] | None = None,
+    mtp_local: bool = True,
+    rpc_timeout: float | None = None,
+    file: str | None = None,
+    revision: str | None = None,
+) -> Session:
     """Load a GGUF into a Session, for reuse across calls.
 
     path: a GGUF file; None or "default" for the default model (SmolLM2-135M-Instruct with
@@ -41,9 +53,20 @@ def load(path: str | os.PathLike | None = None, *, mtp: bool = True, n_ctx: int 
     server may stay silent). See pymtp.rpc.
     path "org/repo" with file="*Q4_K_M*": that GGUF from the Hugging Face Hub (revision: a
     branch, tag or commit), through huggingface_hub's cache (pip install 'pymtp-llm[hub]')."""
-    return Session(path, mtp=mtp, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
-                   cache_mb=cache_mb, rpc_servers=rpc_servers, tensor_split=tensor_split, mtp_local=mtp_local,
-                   rpc_timeout=rpc_timeout, file=file, revision=revision)
+    return Session(
+        path,
+        mtp=mtp,
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        n_gpu_layers=n_gpu_layers,
+        cache_mb=cache_mb,
+        rpc_servers=rpc_servers,
+        tensor_split=tensor_split,
+        mtp_local=mtp_local,
+        rpc_timeout=rpc_timeout,
+        file=file,
+        revision=revision,
+    )
 
 
 class TextStream:
@@ -53,12 +76,13 @@ class TextStream:
     string is held back until it is known not to be one. request: the resolved options
     (pymtp.request.resolve)."""
 
-    def __init__(self, session: Session, prompt: str | Sequence[int], request: Request, *,
-                 owns_session: bool = False) -> None:
+    def __init__(
+        self, session: Session, prompt: str | Sequence[int], request: Request, *, owns_session: bool = False
+    ) -> None:
         self.session = session
         self.request = request
         self.result: GenerationResult | None = None
-        self.owns_session = owns_session     # a session made for this one stream: closed with it
+        self.owns_session = owns_session  # a session made for this one stream: closed with it
         tokens = self.prompt_tokens(session.model, prompt)
         self._gen = self._run(tokens)
 
@@ -67,17 +91,21 @@ class TextStream:
         """The prompt as checked token ids (text is tokenized; bytes are UTF-8 text)."""
         if isinstance(prompt, (bytes, bytearray)):
             try:
-                prompt = bytes(prompt).decode("utf-8")         # bytes are text, not token ids
+                prompt = bytes(prompt).decode("utf-8")  # bytes are text, not token ids
             except UnicodeDecodeError as e:
                 raise ValueError(f"a bytes prompt must be UTF-8 text: {e}") from None
         if isinstance(prompt, str):
             tokens = model.tokenize(prompt, add_special=True) if prompt else []
         else:
             tokens = list(prompt)
-            bad = next((i for i, t in enumerate(tokens) if isinstance(t, bool) or not isinstance(t, numbers.Integral)), None)
+            bad = next(
+                (i for i, t in enumerate(tokens) if isinstance(t, bool) or not isinstance(t, numbers.Integral)), None
+            )
             if bad is not None:
-                raise TypeError(f"a prompt is text or a list of token ids (ints); item {bad} is "
-                                f"{type(tokens[bad]).__name__} {tokens[bad]!r}")
+                raise TypeError(
+                    f"a prompt is text or a list of token ids (ints); item {bad} is "
+                    f"{type(tokens[bad]).__name__} {tokens[bad]!r}"
+                )
             tokens = [int(t) for t in tokens]
         if not tokens:
             raise ValueError("the prompt is empty: give some text or token ids")
@@ -97,7 +125,7 @@ class TextStream:
         if self.owns_session:
             self.session.close()
 
-    def _run(self, prompt_tokens: list[int]) -> Iterator[str]:
+    def _run(self, prompt_tokens: list[int]) -> Generator[str, None, None]:
         session = self.session
         try:
             yield from self._generate(session, prompt_tokens, self.request)
@@ -112,10 +140,15 @@ class TextStream:
             spec_ = session.speculator(request.sampling, request.spec)
             session.generation += 1
             my_generation = session.generation
-            spec_.start(prompt_tokens, constraint=constraint, logits_processor=request.logits_processor,
-                        logprobs=logprobs, top_logprobs=top)
+            spec_.start(
+                prompt_tokens,
+                constraint=constraint,
+                logits_processor=request.logits_processor,
+                logprobs=logprobs,
+                top_logprobs=top,
+            )
         out = TextOutput(session, request.limits, logprobs=logprobs, top_logprobs=top, constraint=constraint)
-        self.out = out                   # read while streaming (the server)
+        self.out = out  # read while streaming (the server)
         self.tokens, self.token_logprobs, self.token_tops = out.tokens, out.token_logprobs, out.token_tops
         while out.finish is None:
             with session.lock:
@@ -137,23 +170,26 @@ class TextStream:
 MAX_BATCH = 8
 
 
-def _is_batch(prompt) -> bool:
+def _is_batch(prompt: object) -> bool:
     """A list of prompts (texts, or sequences of token ids), not one prompt of token ids."""
     if isinstance(prompt, (str, bytes, bytearray)) or not isinstance(prompt, (list, tuple)):
         return False
     if not prompt:
         raise ValueError("the prompt is empty: give some text, token ids, or a list of prompts")
-    return all(isinstance(p, str) or (isinstance(p, (list, tuple, np.ndarray)) and not isinstance(p, bytes))
-               for p in prompt)
+    return all(
+        isinstance(p, str) or (isinstance(p, (list, tuple, np.ndarray)) and not isinstance(p, bytes)) for p in prompt
+    )
 
 
-def _generate_batch(prompts: list, session: Session, request: Request) -> list[GenerationResult]:
+def _generate_batch(prompts: list[str | Sequence[int]], session: Session, request: Request) -> list[GenerationResult]:
     from .batch import Batch
 
     if request.constraint is not None and request.grammar is None and len(prompts) > 1:
         # every text of a batch is masked by its own matcher; a caller's object holds one text's state
-        raise UnsupportedError("a constraint object follows one text: for a list of prompts give json_schema= "
-                               "or grammar= (each prompt gets its own matcher), or call generate() per prompt")
+        raise UnsupportedError(
+            "a constraint object follows one text: for a list of prompts give json_schema= "
+            "or grammar= (each prompt gets its own matcher), or call generate() per prompt"
+        )
     toks = [TextStream.prompt_tokens(session.model, p) for p in prompts]
     n_ctx = max(len(t) for t in toks) + request.limits.max_tokens + 1
     results: list[GenerationResult | None] = [None] * len(toks)
@@ -163,25 +199,33 @@ def _generate_batch(prompts: list, session: Session, request: Request) -> list[G
         while waiting or batch.active:
             while waiting and batch.free:
                 i, t = waiting.pop(0)
-                running[i] = batch.add(t, sampling=request.sampling, spec=request.spec, limits=request.limits,
-                                       constraint=request.new_constraint(), logits_processor=request.logits_processor,
-                                       logprobs=request.wants_logprobs, top_logprobs=request.top_logprobs)
+                running[i] = batch.add(
+                    t,
+                    sampling=request.sampling,
+                    spec=request.spec,
+                    limits=request.limits,
+                    constraint=request.new_constraint(),
+                    logits_processor=request.logits_processor,
+                    logprobs=request.wants_logprobs,
+                    top_logprobs=request.top_logprobs,
+                )
             batch.step()
             for i, it in list(running.items()):
                 if it.finished:
                     results[i] = it.result
                     del running[i]
-    return results
+    done = [r for r in results if r is not None]
+    assert len(done) == len(results)  # the loop ran until every prompt finished
+    return done
 
 
-def stream(prompt: str | Sequence[int], model: ModelLike = None,
-           **options: Unpack[GenerateOptions]) -> TextStream:
+def stream(prompt: str | Sequence[int], model: ModelLike = None, **options: Unpack[GenerateOptions]) -> TextStream:
     """Like generate(), but yields text pieces as they are accepted (one prompt).
 
     The GenerationResult is on the stream's `.result` once it is exhausted."""
     if _is_batch(prompt):
         raise TypeError("stream() takes one prompt (text or token ids); generate() takes a list of prompts")
-    check_names(options, "stream()")            # before a model is loaded for nothing
+    check_names(options, "stream()")  # before a model is loaded for nothing
     session, made = as_session(model)
     try:
         return TextStream(session, prompt, resolve(options, session.model, where="stream()"), owns_session=made)
@@ -191,8 +235,11 @@ def stream(prompt: str | Sequence[int], model: ModelLike = None,
         raise
 
 
-def generate(prompt: str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]], model: ModelLike = None,
-             **options: Unpack[GenerateOptions]) -> GenerationResult | list[GenerationResult]:
+def generate(
+    prompt: str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]],
+    model: ModelLike = None,
+    **options: Unpack[GenerateOptions],
+) -> GenerationResult | list[GenerationResult]:
     """Generate a continuation of prompt (text or token ids).
 
     A list of prompts (texts, or lists of token ids) generates them together in batched
@@ -225,13 +272,13 @@ def generate(prompt: str | Sequence[int] | Sequence[str] | Sequence[Sequence[int
     likeliest tokens of its row under the same distribution, as (token, log p), likeliest first.
     """
     batch = _is_batch(prompt)
-    check_names(options, "generate()")          # before a model is loaded for nothing
+    check_names(options, "generate()")  # before a model is loaded for nothing
     session, made = as_session(model)
     try:
         request = resolve(options, session.model)
         if batch:
-            return _generate_batch(list(prompt), session, request)
-        s = TextStream(session, prompt, request)
+            return _generate_batch(cast("list[str | Sequence[int]]", list(prompt)), session, request)
+        s = TextStream(session, cast("str | Sequence[int]", prompt), request)  # one prompt: not _is_batch()
         # Hold the session for the whole generation: calls from other threads wait their turn.
         # (A paused stream() gives way instead: a generation that starts meanwhile makes it
         # raise PymtpError when resumed, rather than mix two texts in one KV cache.)

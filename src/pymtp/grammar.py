@@ -43,7 +43,8 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -76,6 +77,7 @@ def allowed_tokens(mask: np.ndarray, n_vocab: int) -> np.ndarray:
 
 # ---- vocabulary --------------------------------------------------------------------------------
 
+
 class Vocabulary:
     """A vocabulary as llguidance sees it: token bytes (special tokens as b"\\xff" + their
     text, so grammars can name them as ``<|im_end|>``), the end-of-generation ids (allowed
@@ -93,7 +95,8 @@ class Vocabulary:
             raise ValueError(f"end-of-generation ids {eos} are not all in the vocabulary (0..{n_vocab - 1})")
 
         class _Wrapper:
-            eos_token_id, bos_token_id, special_token_ids = eos[0], None, []
+            eos_token_id, bos_token_id = eos[0], None
+            special_token_ids: list[int] = []
 
             def __init__(self, toks):
                 self.tokens = toks
@@ -138,7 +141,7 @@ _vocab_lock = threading.Lock()
 
 
 def _as_model(model):
-    inner = getattr(model, "model", None)           # a Session
+    inner = getattr(model, "model", None)  # a Session
     return inner if inner is not None and hasattr(inner, "token_bytes") else model
 
 
@@ -155,6 +158,7 @@ def vocabulary(model) -> Vocabulary:
 
 
 # ---- constraints ---------------------------------------------------------------------------------
+
 
 def _schema_text(schema: dict | str | bool) -> str:
     if isinstance(schema, str):
@@ -196,15 +200,33 @@ class Constraint:
     Raises ValueError naming the problem (an unknown type, a bad $ref, a Lark syntax error...).
     """
 
-    def __init__(self, model=None, *, json_schema: dict | str | bool | None = None, grammar: str | None = None,
-                 regex: str | None = None, json_object: bool = False, grammar_format: str = "auto",
-                 json_options: dict | None = None) -> None:
+    def __init__(
+        self,
+        model=None,
+        *,
+        json_schema: dict | str | bool | None = None,
+        grammar: str | None = None,
+        regex: str | None = None,
+        json_object: bool = False,
+        grammar_format: str = "auto",
+        json_options: dict | None = None,
+    ) -> None:
         llg = _llg()
-        given = [k for k, v in (("json_schema", json_schema), ("grammar", grammar), ("regex", regex),
-                                ("json_object", json_object or None)) if v is not None]
+        given = [
+            k
+            for k, v in (
+                ("json_schema", json_schema),
+                ("grammar", grammar),
+                ("regex", regex),
+                ("json_object", json_object or None),
+            )
+            if v is not None
+        ]
         if len(given) != 1:
-            raise ValueError("give exactly one of json_schema=, grammar=, regex= or json_object=True"
-                             + (f" (got {', '.join(given)})" if given else ""))
+            raise ValueError(
+                "give exactly one of json_schema=, grammar=, regex= or json_object=True"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
         self.kind = given[0]
         if json_object:
             json_schema = {"type": "object"}
@@ -277,8 +299,8 @@ class Matcher:
         self.n_vocab = vocab.n_vocab
         self.n_accepted = 0
         self._eos = frozenset(vocab.eos)
-        self._ended = -1            # n_accepted when an end token was accepted (nothing may follow it)
-        self._virtual_end = False   # that end token was counted here only (see accept)
+        self._ended = -1  # n_accepted when an end token was accepted (nothing may follow it)
+        self._virtual_end = False  # that end token was counted here only (see accept)
 
     def fill_mask(self, out: np.ndarray) -> None:
         """Write the mask of allowed next tokens into out (int32/uint32, at least
@@ -329,7 +351,7 @@ class Matcher:
         if not 0 <= n <= self.n_accepted:
             raise ValueError(f"cannot roll back {n} tokens: {self.n_accepted} accepted")
         real = n
-        if n and self._virtual_end:          # the uncounted end token is the last one
+        if n and self._virtual_end:  # the uncounted end token is the last one
             real, self._virtual_end = n - 1, False
         if real and not self._m.rollback(real):
             raise RuntimeError(f"the grammar matcher could not roll back {real} tokens: {self._m.get_error()}")

@@ -35,8 +35,9 @@ from .sampling import Sampler
 class HybridDrafter(Drafter):
     wants_hidden = True
 
-    def __init__(self, mtp: MTPDrafter, lookup: PromptLookupDrafter, mtp_draft: int = 2, min_match: int = 2,
-                 window: int = 16) -> None:
+    def __init__(
+        self, mtp: MTPDrafter, lookup: PromptLookupDrafter, mtp_draft: int = 2, min_match: int = 2, window: int = 16
+    ) -> None:
         self.mtp, self.lookup = mtp, lookup
         self.mtp_draft, self.min_match = mtp_draft, min_match
         self.max_draft = max(lookup.max_draft, min(mtp.max_draft, mtp_draft))
@@ -47,7 +48,7 @@ class HybridDrafter(Drafter):
         self._seen = {s: np.zeros(n) for s in ("lookup", "mtp")}
         self._c_draft = {"lookup": 0.0, "mtp": 0.0}
         self.last_source = ""
-        self.last_scores: dict[str, float] = {}      # expected tokens/s of each candidate, last step
+        self.last_scores: dict[str, float | None] = {}  # expected tokens/s of each candidate, last step
 
     def configure(self, spec: SpecConfig) -> None:
         self.mtp.configure(spec)
@@ -75,8 +76,9 @@ class HybridDrafter(Drafter):
         gain = 1.0 + float(np.cumprod(self.rates(source, k)).sum())
         return gain / max(k * self._c_draft[source] + float(vc), 1e-9)
 
-    def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
-                p_min: float = 0.0) -> Draft:
+    def propose(
+        self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int], p_min: float = 0.0
+    ) -> Draft:
         return draft_all([self], [DraftRequest(last_token, n_past, k, sampler, history, p_min)])[0]
 
     def plan(self, r: DraftRequest) -> Draft | HeadJob:
@@ -88,8 +90,11 @@ class HybridDrafter(Drafter):
         if len(cont) >= self.min_match:
             s_lookup, s_mtp = self.score("lookup", len(cont)), self.score("mtp", k_mtp)
             self.last_scores = {"lookup": s_lookup, "mtp": s_mtp}
-            use_lookup = (s_lookup >= s_mtp if s_lookup is not None and s_mtp is not None
-                          else self.rate("lookup") >= self.rate("mtp"))
+            use_lookup = (
+                s_lookup >= s_mtp
+                if s_lookup is not None and s_mtp is not None
+                else self.rate("lookup") >= self.rate("mtp")
+            )
         self.last_source = "lookup" if use_lookup else "mtp"
         source = self.lookup if use_lookup else self.mtp
         plan = source.plan(replace(r, k=len(cont) if use_lookup else k_mtp))
@@ -112,7 +117,7 @@ class HybridDrafter(Drafter):
         for src in self._acc:
             self._acc[src] *= self._decay
             self._seen[src] *= self._decay
-        reached = min(n_drafted, n_accepted + 1)      # tokens after the first rejection go unchecked
+        reached = min(n_drafted, n_accepted + 1)  # tokens after the first rejection go unchecked
         self._seen[self.last_source][:reached] += 1.0
         self._acc[self.last_source][:n_accepted] += 1.0
 
@@ -134,8 +139,8 @@ class HybridDrafter(Drafter):
         return self.mtp.save()
 
     def load(self, saved: object) -> None:
-        self.mtp.load(saved)
+        self.mtp.load(saved)  # type: ignore[arg-type]  # what self.mtp.save() gave
 
     @property
-    def vocab_size(self) -> int:
+    def vocab_size(self) -> int:  # type: ignore[override]  # the MTP drafter's, read-only
         return self.mtp.vocab_size

@@ -35,12 +35,16 @@ class PromptLookupDrafter(Drafter):
         for n in range(min(self.ngram, len(history) - 1), self.min_ngram - 1, -1):
             tail = history[-n:]
             for start in range(len(history) - n - 1, -1, -1):
-                if history[start:start + n] == tail:
-                    return history[start + n:start + n + k]
+                if history[start : start + n] == tail:
+                    return history[start + n : start + n + k]
         return []
 
-    def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
-                p_min: float = 0.0) -> Draft:
+    def propose(
+        self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int], p_min: float = 0.0
+    ) -> Draft:
         tokens = self.continuation(history, k)
-        return Draft(tokens=list(tokens), confidence=[1.0] * len(tokens),
-                     q=None if sampler is None or sampler.config.greedy else Q_POINT_MASS)
+        return Draft(
+            tokens=list(tokens),
+            confidence=[1.0] * len(tokens),
+            q=None if sampler is None or sampler.config.greedy else Q_POINT_MASS,
+        )

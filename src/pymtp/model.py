@@ -11,18 +11,28 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._native import check, ffi, lib
 from .errors import InvalidHandleError, ModelLoadError, UnsupportedError
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 _F32 = np.dtype(np.float32)
 
 
-def _as_tokens(tokens: Iterable[int] | np.ndarray) -> np.ndarray:
+#: Token ids: a sequence of ints or an int array (one dimension).
+Tokens = Iterable[int] | np.ndarray
+#: Per-row output flags of a decode (logits wanted for that row).
+Flags = Sequence[bool] | Sequence[int] | np.ndarray
+
+
+def _as_tokens(tokens: Tokens) -> np.ndarray:
     try:
         arr = np.ascontiguousarray(tokens, dtype=np.int32)
     except (OverflowError, ValueError, TypeError) as e:
@@ -32,7 +42,7 @@ def _as_tokens(tokens: Iterable[int] | np.ndarray) -> np.ndarray:
     return arr
 
 
-def _view(ptr, n_rows: int, n_cols: int) -> np.ndarray:
+def _view(ptr: Any, n_rows: int, n_cols: int) -> np.ndarray:
     arr = np.frombuffer(ffi.buffer(ptr, n_rows * n_cols * 4), dtype=_F32).reshape(n_rows, n_cols)
     arr.flags.writeable = False
     return arr
@@ -45,7 +55,7 @@ def last_row_only(n: int) -> np.ndarray:
     return out
 
 
-def _grow_until_fits(call, size: int, ctype: str = "char[]"):
+def _grow_until_fits(call: Callable[..., int], size: int, ctype: str = "char[]") -> tuple[Any, int]:
     """Run ``call(buf, size, needed)`` with a fresh ``ctype`` buffer of ``size`` items; when the
     shim answers PYMTP_ERR_NOSPACE (it then stores the size it needs in ``needed[0]``), run it
     once more with a buffer that large. Returns the buffer and the checked count."""
@@ -95,7 +105,7 @@ def default_threads() -> int:
         logical = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         logical = os.cpu_count() or 1
-    try:    # two hardware threads per core share its units: count cores
+    try:  # two hardware threads per core share its units: count cores
         smt = open("/sys/devices/system/cpu/smt/active").read().strip() == "1"
     except OSError:
         smt = False
@@ -103,7 +113,7 @@ def default_threads() -> int:
     return max(1, cores - 1)
 
 
-def _new_handle(ctype: str, create, *args):
+def _new_handle(ctype: str, create: Callable[..., int], *args: Any) -> Any:
     """A native handle: ``create(*args, out)`` fills the ``ctype`` out-pointer; errors raise."""
     out = ffi.new(ctype)
     check(create(*args, out))
@@ -120,12 +130,21 @@ class Model:
     Over several hosts (see pymtp.rpc): ``rpc_servers=["host:port", ...]`` puts the layers
     on those servers' devices (``tensor_split``: each one's share, in that order; default:
     by free memory); ``mtp_local`` keeps the MTP blocks and the output head in local memory,
-    so that drafting does not cross the network and a verify sends hidden rows, not logits; ``rpc_timeout`` (seconds) bounds each exchange with a server.
+    so that drafting does not cross the network and a verify sends hidden rows, not logits;
+    ``rpc_timeout`` (seconds) bounds each exchange with a server.
     """
 
-    def __init__(self, path: str | os.PathLike, *, mtp: bool = True, n_gpu_layers: int = -1,
-                 rpc_servers: Sequence[str] | None = None, tensor_split: Sequence[float] | None = None,
-                 mtp_local: bool = True, rpc_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        mtp: bool = True,
+        n_gpu_layers: int = -1,
+        rpc_servers: Sequence[str] | None = None,
+        tensor_split: Sequence[float] | None = None,
+        mtp_local: bool = True,
+        rpc_timeout: float | None = None,
+    ) -> None:
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelLoadError(f"model file not found: {self.path}")
@@ -134,9 +153,10 @@ class Model:
         p = ffi.new("pymtp_load_params *")
         p[0] = lib.pymtp_load_default_params()
         p.load_mtp, p.n_gpu_layers, p.mtp_local = int(bool(mtp)), n_gpu_layers, int(bool(mtp_local))
-        keep = []                          # cffi buffers the call reads
+        keep = []  # cffi buffers the call reads
         if rpc_servers:
             from .rpc import check_endpoints, set_timeout
+
             keep.append(ffi.new("char[]", ",".join(check_endpoints(rpc_servers)).encode()))
             p.rpc_servers = keep[-1]
             set_timeout(rpc_timeout)
@@ -171,7 +191,7 @@ class Model:
         self.add_bos: bool = bool(info.add_bos)
         self.n_params: int = info.n_params
         self.size_bytes: int = info.size_bytes
-        self.n_swa: int = info.n_swa      # sliding-window attention span (0: none)
+        self.n_swa: int = info.n_swa  # sliding-window attention span (0: none)
         self._piece_buf = ffi.new("char[]", 256)
 
     # ---- lifetime ----------------------------------------------------------------
@@ -185,7 +205,7 @@ class Model:
         """A remote server of this model failed: it must be closed and loaded again."""
         return self._h is not None and bool(check(lib.pymtp_model_failed(self._h)))
 
-    def _handle(self):
+    def _handle(self) -> Any:
         if self._h is None:
             raise InvalidHandleError(f"model {self.path.name} is closed")
         return self._h
@@ -203,7 +223,7 @@ class Model:
     def __enter__(self) -> Model:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:
@@ -223,9 +243,12 @@ class Model:
         with self.lock:
             h = self._handle()
             out, n = _grow_until_fits(
-                lambda buf, size, needed: lib.pymtp_tokenize(h, data, len(data), add_special, parse_special,
-                                                             buf, size, needed),
-                len(data) + 8, "int32_t[]")
+                lambda buf, size, needed: lib.pymtp_tokenize(
+                    h, data, len(data), add_special, parse_special, buf, size, needed
+                ),
+                len(data) + 8,
+                "int32_t[]",
+            )
             return list(out[0:n])
 
     def detokenize_bytes(self, tokens: Sequence[int], *, render_special: bool = False) -> bytes:
@@ -233,10 +256,12 @@ class Model:
         with self.lock:
             h = self._handle()
             buf, n = _grow_until_fits(
-                lambda buf, size, needed: lib.pymtp_detokenize(h, ffi.from_buffer("int32_t[]", arr), len(arr),
-                                                               render_special, buf, size, needed),
-                max(64, 8 * len(arr)))
-            return ffi.unpack(buf, n)
+                lambda buf, size, needed: lib.pymtp_detokenize(
+                    h, ffi.from_buffer("int32_t[]", arr), len(arr), render_special, buf, size, needed
+                ),
+                max(64, 8 * len(arr)),
+            )
+            return bytes(ffi.unpack(buf, n))
 
     def detokenize(self, tokens: Sequence[int], *, render_special: bool = False) -> str:
         return self.detokenize_bytes(tokens, render_special=render_special).decode("utf-8", "replace")
@@ -245,7 +270,7 @@ class Model:
         """The bytes of one token (possibly part of a UTF-8 character)."""
         with self.lock:
             n = check(lib.pymtp_token_piece(self._handle(), int(token), render_special, self._piece_buf, 256))
-            return ffi.unpack(self._piece_buf, n)
+            return bytes(ffi.unpack(self._piece_buf, n))
 
     def piece(self, token: int) -> bytes:
         """The bytes of one token (pymtp.textout's Vocabulary: a Session caches them)."""
@@ -268,17 +293,18 @@ class Model:
         if rc == lib.PYMTP_ERR_UNSUPPORTED:
             return None
         check(rc)
-        return ffi.string(out[0]).decode("utf-8", "replace")
+        return str(ffi.string(out[0]).decode("utf-8", "replace"))
 
-
-    def apply_chat_template(self, messages: Sequence[dict], *, add_assistant: bool = True,
-                            template: str | None = None) -> str:
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, Any]], *, add_assistant: bool = True, template: str | None = None
+    ) -> str:
         """Format chat messages ({"role", "content"} dicts) with the GGUF's chat template
         (llama.cpp's built-in template support); UnsupportedError when there is none."""
         tmpl = template or self.chat_template()
         if tmpl is None:
-            raise UnsupportedError(f"{self.path.name} has no chat template: format the prompt yourself, "
-                                   "or pass template=...")
+            raise UnsupportedError(
+                f"{self.path.name} has no chat template: format the prompt yourself, or pass template=..."
+            )
         try:
             roles = [ffi.new("char[]", str(m["role"]).encode()) for m in messages]
             contents = [ffi.new("char[]", str(m["content"]).encode()) for m in messages]
@@ -286,10 +312,12 @@ class Model:
             raise ValueError(f"messages must be dicts with 'role' and 'content': {e}") from None
         role_arr, content_arr = ffi.new("char *[]", roles), ffi.new("char *[]", contents)
         buf, n = _grow_until_fits(
-            lambda buf, size, needed: lib.pymtp_chat_apply(tmpl.encode(), role_arr, content_arr, len(messages),
-                                                           add_assistant, buf, size, needed),
-            256 + sum(len(m["content"]) for m in messages) * 2)
-        return ffi.unpack(buf, n).decode("utf-8", "replace")
+            lambda buf, size, needed: lib.pymtp_chat_apply(
+                tmpl.encode(), role_arr, content_arr, len(messages), add_assistant, buf, size, needed
+            ),
+            256 + sum(len(m["content"]) for m in messages) * 2,
+        )
+        return str(ffi.unpack(buf, n).decode("utf-8", "replace"))
 
 
 class _Context:
@@ -299,13 +327,13 @@ class _Context:
 
     def __init__(self, model: Model) -> None:
         if not isinstance(model, Model):
-            model = getattr(model, "model", model)      # a Session: its model
+            model = getattr(model, "model", model)  # a Session: its model
         if not isinstance(model, Model):
             raise TypeError(f"a context needs a Model or a Session, got {type(model).__name__}")
         self.model = model
         self.lock = model.lock
-        self.n_writes = 0          # decodes and cuts so far: a cache's owner sees foreign writes
-        self._seq_writes: dict[int, int] = {}      # ... and per sequence (texts sharing the context)
+        self.n_writes = 0  # decodes and cuts so far: a cache's owner sees foreign writes
+        self._seq_writes: dict[int, int] = {}  # ... and per sequence (texts sharing the context)
         self._h = None
         self._n_rows_out = ffi.new("int32_t *")
         self._ptr_out = ffi.new("float **")
@@ -315,7 +343,7 @@ class _Context:
     seq_id = 0
 
     @property
-    def ctx(self) -> _Context:
+    def ctx(self) -> Self:
         return self
 
     def write_count(self, seq_id: int | None = None) -> int:
@@ -337,7 +365,7 @@ class _Context:
         self.model._contexts.add(self)
 
     @staticmethod
-    def _params(n_ctx: int, n_batch: int, n_rs_seq: int, n_threads: int | None, n_seq_max: int):
+    def _params(n_ctx: int, n_batch: int, n_rs_seq: int, n_threads: int | None, n_seq_max: int) -> Any:
         p = ffi.new("pymtp_ctx_params *")
         p[0] = lib.pymtp_ctx_default_params()
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_rs_seq", n_rs_seq), ("n_seq_max", n_seq_max)):
@@ -351,7 +379,7 @@ class _Context:
         p.n_threads = p.n_threads_batch = n_threads or default_threads()
         return p
 
-    def _handle(self):
+    def _handle(self) -> Any:
         if self._h is None:
             raise InvalidHandleError(f"{type(self).__name__} is closed")
         return self._h
@@ -371,10 +399,10 @@ class _Context:
     def _close_children(self) -> None:
         pass
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:
@@ -414,11 +442,11 @@ class _Context:
         """Last position held for the sequence, -1 when empty."""
         return self._pos(lib.pymtp_seq_pos_max, seq_id)
 
-    def _pos(self, fn, seq_id: int) -> int:
+    def _pos(self, fn: Callable[..., int], seq_id: int) -> int:
         out = ffi.new("int32_t *")
         with self.lock:
             check(fn(self._handle(), seq_id, out))
-        return out[0]
+        return int(out[0])
 
     def get_state(self, seq_id: int = 0, *, partial: bool = False) -> np.ndarray:
         """A copy of a sequence's memory as bytes (partial: only a hybrid's recurrent state)."""
@@ -426,9 +454,12 @@ class _Context:
         with self.lock:
             check(lib.pymtp_state_size(self._handle(), seq_id, int(partial), size))
             buf = np.empty(size[0], dtype=np.uint8)
-            check(lib.pymtp_state_get(self._handle(), seq_id, int(partial), ffi.from_buffer("uint8_t[]", buf),
-                                      buf.nbytes, size))
-        return buf[:size[0]]
+            check(
+                lib.pymtp_state_get(
+                    self._handle(), seq_id, int(partial), ffi.from_buffer("uint8_t[]", buf), buf.nbytes, size
+                )
+            )
+        return buf[: size[0]]
 
     def set_state(self, state: np.ndarray, seq_id: int = 0, *, partial: bool = False) -> None:
         """Replace a sequence's memory with bytes from get_state() of the same model and kind
@@ -436,8 +467,9 @@ class _Context:
         buf = np.ascontiguousarray(state, dtype=np.uint8)
         with self.lock:
             self._wrote(seq_id)
-            check(lib.pymtp_state_set(self._handle(), seq_id, int(partial), ffi.from_buffer("uint8_t[]", buf),
-                                      buf.nbytes))
+            check(
+                lib.pymtp_state_set(self._handle(), seq_id, int(partial), ffi.from_buffer("uint8_t[]", buf), buf.nbytes)
+            )
 
     def pos_min(self, seq_id: int = 0) -> int:
         """First position held for the sequence (sliding-window layers drop older ones), -1 when empty."""
@@ -454,7 +486,15 @@ class _Context:
         with self.lock:
             check(lib.pymtp_ctx_set_threads(self._handle(), n_threads, n_threads_batch or n_threads))
 
-    def decode_rows(self, tokens, pos, seq_ids, *, output=None, hidden: np.ndarray | None = None) -> None:
+    def decode_rows(
+        self,
+        tokens: Tokens,
+        pos: Sequence[int] | np.ndarray,
+        seq_ids: Sequence[int] | np.ndarray,
+        *,
+        output: Flags | None = None,
+        hidden: np.ndarray | None = None,
+    ) -> None:
         """Decode rows of several sequences in one batch: row i is tokens[i] of sequence
         seq_ids[i] at position pos[i] (each sequence continuing where it ends, in order).
         output: per-row logits flags (None = all); hidden (draft contexts): one target hidden
@@ -463,8 +503,9 @@ class _Context:
         pos_arr = np.ascontiguousarray(pos, dtype=np.int32)
         seq_arr = np.ascontiguousarray(seq_ids, dtype=np.int32)
         if pos_arr.shape != arr.shape or seq_arr.shape != arr.shape:
-            raise ValueError(f"tokens, pos and seq_ids must have the same length: {arr.shape}, {pos_arr.shape}, "
-                             f"{seq_arr.shape}")
+            raise ValueError(
+                f"tokens, pos and seq_ids must have the same length: {arr.shape}, {pos_arr.shape}, {seq_arr.shape}"
+            )
         out_ptr = ffi.NULL
         if output is not None:
             flags = np.ascontiguousarray(output, dtype=np.uint8)
@@ -481,22 +522,46 @@ class _Context:
         with self.lock:
             for s in set(seq_arr.tolist()):
                 self._wrote(s)
-            check(lib.pymtp_decode_rows(self._handle(), ffi.from_buffer("int32_t[]", arr),
-                                        ffi.from_buffer("int32_t[]", pos_arr), ffi.from_buffer("int32_t[]", seq_arr),
-                                        len(arr), out_ptr, rows))
+            check(
+                lib.pymtp_decode_rows(
+                    self._handle(),
+                    ffi.from_buffer("int32_t[]", arr),
+                    ffi.from_buffer("int32_t[]", pos_arr),
+                    ffi.from_buffer("int32_t[]", seq_arr),
+                    len(arr),
+                    out_ptr,
+                    rows,
+                )
+            )
 
-    def _decode_from(self, tokens, pos0: int, seq_id: int, output, hidden: np.ndarray | None) -> None:
+    def _decode_from(
+        self, tokens: Tokens, pos0: int, seq_id: int, output: Flags | None, hidden: np.ndarray | None
+    ) -> None:
         """decode_rows of one sequence's tokens at pos0, pos0+1, ..."""
-        n = len(tokens)
-        self.decode_rows(tokens, np.arange(pos0, pos0 + n, dtype=np.int32), np.full(n, seq_id, dtype=np.int32),
-                         output=output, hidden=hidden)
+        arr = _as_tokens(tokens)  # a Tokens iterable need not have a len()
+        n = len(arr)
+        self.decode_rows(
+            arr,
+            np.arange(pos0, pos0 + n, dtype=np.int32),
+            np.full(n, seq_id, dtype=np.int32),
+            output=output,
+            hidden=hidden,
+        )
 
 
 class TargetContext(_Context):
     """Runs the trunk. Each decoded token also yields its hidden row (MTP models)."""
 
-    def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512, n_rs_seq: int = 0,
-                 n_threads: int | None = None, n_seq_max: int = 1) -> None:
+    def __init__(
+        self,
+        model: Model,
+        *,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_rs_seq: int = 0,
+        n_threads: int | None = None,
+        n_seq_max: int = 1,
+    ) -> None:
         super().__init__(model)
         self._drafts: weakref.WeakSet[DraftContext] = weakref.WeakSet()
         p = self._params(n_ctx, n_batch, n_rs_seq, n_threads, n_seq_max)
@@ -504,7 +569,7 @@ class TargetContext(_Context):
             self._h = _new_handle("pymtp_ctx **", lib.pymtp_ctx_create, self.model._handle(), p)
             self._init_info()
 
-    def decode(self, tokens, pos0: int, *, seq_id: int = 0, output=None) -> None:
+    def decode(self, tokens: Tokens, pos0: int, *, seq_id: int = 0, output: Flags | None = None) -> None:
         """Decode tokens at positions pos0, pos0+1, ...; output: per-row logits flags (None = all).
         (decode_rows of one sequence.)"""
         self._decode_from(tokens, pos0, seq_id, output, None)
@@ -529,8 +594,9 @@ class DraftContext(_Context):
 
     is_draft = True
 
-    def __init__(self, target: TargetContext, *, n_batch: int | None = None, n_threads: int | None = None,
-                 n_seq_max: int = 1) -> None:
+    def __init__(
+        self, target: TargetContext, *, n_batch: int | None = None, n_threads: int | None = None, n_seq_max: int = 1
+    ) -> None:
         model = target.model
         super().__init__(model)
         if not model.mtp_loaded:
@@ -543,12 +609,20 @@ class DraftContext(_Context):
             self._h = _new_handle("pymtp_ctx **", lib.pymtp_draft_create, target._handle(), p)
             self._init_info()
         self.target = target
-        self.vocab_size = 0              # a trimmed vocabulary's size (set_vocab); 0: all tokens
-        self.vocab_ids = np.zeros(0, dtype=np.int64)     # and its token ids
+        self.vocab_size = 0  # a trimmed vocabulary's size (set_vocab); 0: all tokens
+        self.vocab_ids = np.zeros(0, dtype=np.int64)  # and its token ids
         target._drafts.add(self)
 
-    def decode(self, tokens, pos0: int, hidden_first: np.ndarray, hidden_rest: np.ndarray | None = None, *,
-               seq_id: int = 0, output=None) -> None:
+    def decode(
+        self,
+        tokens: Tokens,
+        pos0: int,
+        hidden_first: np.ndarray,
+        hidden_rest: np.ndarray | None = None,
+        *,
+        seq_id: int = 0,
+        output: Flags | None = None,
+    ) -> None:
         """Decode tokens, token i paired with the target hidden row of position pos0+i-1.
 
         hidden_first is that row for token 0; hidden_rest holds the rows for tokens 1..
@@ -568,10 +642,18 @@ class DraftContext(_Context):
             raise ValueError("hidden rows must be a C-contiguous float32 numpy array")
         if rows.size < n_rows * self.n_embd:
             raise ValueError(f"hidden rows: need {n_rows} x {self.n_embd} floats, got {rows.size}")
-        return rows.reshape(-1)[:n_rows * self.n_embd].reshape(n_rows, self.n_embd)
+        return rows.reshape(-1)[: n_rows * self.n_embd].reshape(n_rows, self.n_embd)
 
-    def draft_greedy(self, seq_ids: np.ndarray, pos: np.ndarray, n_max: np.ndarray, p_min: np.ndarray,
-                     out_ids: np.ndarray, out_probs: np.ndarray, out_n: np.ndarray) -> None:
+    def draft_greedy(
+        self,
+        seq_ids: np.ndarray,
+        pos: np.ndarray,
+        n_max: np.ndarray,
+        p_min: np.ndarray,
+        out_ids: np.ndarray,
+        out_probs: np.ndarray,
+        out_n: np.ndarray,
+    ) -> None:
         """The head's greedy recursions of several sequences in one native call (argmax, its own
         hidden row, one decode per draft position for the sequences still going): row r of the
         last decode predicts for seq_ids[r], from position pos[r], stopping at n_max[r] tokens or
@@ -590,20 +672,29 @@ class DraftContext(_Context):
         with self.lock:
             for s in set(seq_ids.tolist()):
                 self._wrote(s)
-            check(lib.pymtp_draft_greedy(self._handle(), n, ffi.from_buffer("int32_t[]", seq_ids),
-                                         ffi.from_buffer("int32_t[]", pos), ffi.from_buffer("int32_t[]", n_max),
-                                         ffi.from_buffer("float[]", p_min), out_ids.shape[1],
-                                         ffi.from_buffer("int32_t[]", out_ids), ffi.from_buffer("float[]", out_probs),
-                                         ffi.from_buffer("int32_t[]", out_n)))
+            check(
+                lib.pymtp_draft_greedy(
+                    self._handle(),
+                    n,
+                    ffi.from_buffer("int32_t[]", seq_ids),
+                    ffi.from_buffer("int32_t[]", pos),
+                    ffi.from_buffer("int32_t[]", n_max),
+                    ffi.from_buffer("float[]", p_min),
+                    out_ids.shape[1],
+                    ffi.from_buffer("int32_t[]", out_ids),
+                    ffi.from_buffer("float[]", out_probs),
+                    ffi.from_buffer("int32_t[]", out_n),
+                )
+            )
 
-    def set_vocab(self, token_ids) -> None:
+    def set_vocab(self, token_ids: Tokens) -> None:
         """Score only these tokens from now on (a trimmed draft vocabulary; an empty list: all).
         The logits stay n_vocab wide, -inf elsewhere, and only a decode's last row has them."""
         ids = np.unique(np.asarray(token_ids, dtype=np.int64))
         if ids.size and (ids[0] < 0 or ids[-1] >= self.n_vocab):
             raise ValueError(f"draft vocabulary: token ids must be in [0, {self.n_vocab})")
         arr = ids.astype(np.int32)
-        with self.lock:                # the KV is untouched: not a write
+        with self.lock:  # the KV is untouched: not a write
             check(lib.pymtp_draft_set_vocab(self._handle(), ffi.from_buffer("int32_t[]", arr), arr.size))
         self.vocab_size = int(arr.size)
         self.vocab_ids = ids

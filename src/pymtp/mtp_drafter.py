@@ -80,24 +80,24 @@ class MTPDrafter(Drafter):
 
     def __init__(self, draft: DraftContext) -> None:
         self.ctx = draft
-        self.rollback = KVTrim(draft)     # the head's own drafted rows are dropped after a draft
+        self.rollback = KVTrim(draft)  # the head's own drafted rows are dropped after a draft
         model = draft.model
         self.n_embd = model.n_embd
         self.n_heads = max(1, model.n_mtp_layers)
-        self.chained = self.n_heads > 1      # SpecConfig.heads "chain" (configure may switch it off)
+        self.chained = self.n_heads > 1  # SpecConfig.heads "chain" (configure may switch it off)
         # Accepted tokens not yet in the draft KV, and the hidden row each pairs with;
         # the row after the last of them (`pending`) pairs with the newest token.
         cap = draft.n_batch + 1
         self._rows = np.zeros((cap, self.n_embd), dtype=np.float32)
         self._feed: list[int] = []
         self._has_pending = False
-        self._kv_end = 0                   # the draft KV holds positions < kv_end
+        self._kv_end = 0  # the draft KV holds positions < kv_end
         self._own = np.zeros((self.n_heads + 17, self.n_embd), dtype=np.float32)  # head's own rows
         self._vocab_asked = 0
-        self.vocab_size = 0                # the trimmed draft vocabulary's size (0: all tokens)
+        self.vocab_size = 0  # the trimmed draft vocabulary's size (0: all tokens)
 
     @property
-    def max_draft(self) -> int:
+    def max_draft(self) -> int:  # type: ignore[override]  # set by the head count, read-only
         """Chained heads draft at most one token per head."""
         return self.n_heads if self.chained else 16
 
@@ -110,7 +110,7 @@ class MTPDrafter(Drafter):
         0: the whole vocabulary)."""
         chained = self.n_heads > 1 and spec.heads == "chain"
         if chained != self.chained:
-            self.reset()                 # the heads' KV layers were fed for the other way
+            self.reset()  # the heads' KV layers were fed for the other way
             self.chained = chained
         n = spec.draft_vocab if spec.draft_vocab < self.ctx.n_vocab else 0
         if n == self._vocab_asked:
@@ -135,8 +135,9 @@ class MTPDrafter(Drafter):
         if pos >= self.ctx.n_ctx:
             return False
         try:
-            _decode_parts(self.ctx.ctx, [(self.ctx.seq_id, [0], np.zeros((1, self.n_embd), dtype=np.float32), pos)],
-                          outputs=True)
+            _decode_parts(
+                self.ctx.ctx, [(self.ctx.seq_id, [0], np.zeros((1, self.n_embd), dtype=np.float32), pos)], outputs=True
+            )
             return True
         except UnsupportedError:
             return False
@@ -157,7 +158,7 @@ class MTPDrafter(Drafter):
         (positions queued but not yet fed are fed first when the cut keeps them). The next
         observe() must start at position kept - 1, whose hidden row pairs with the token at kept."""
         if n_keep > self._kv_end and self._feed:
-            self._flush()                # queued by plain steps (k = 0 drafts nothing): keep them too
+            self._flush()  # queued by plain steps (k = 0 drafts nothing): keep them too
         kept = min(n_keep, self._kv_end)
         self.rollback.trim(kept)
         self._kv_end = kept
@@ -171,7 +172,7 @@ class MTPDrafter(Drafter):
         self._flush()
         return HeadState(self.ctx.get_state(), self._kv_end, self._rows[0].copy() if self._has_pending else None)
 
-    def load(self, saved: HeadState) -> None:
+    def load(self, saved: HeadState) -> None:  # type: ignore[override]  # what its own save() gave
         if self.n_heads > 1:
             self.ctx.set_head(0)
         self.ctx.set_state(saved.kv)
@@ -183,7 +184,7 @@ class MTPDrafter(Drafter):
 
     # ---- hand-off --------------------------------------------------------------------
 
-    def observe(self, tokens: list[int], pos0: int, hidden: np.ndarray) -> None:
+    def observe(self, tokens: list[int], pos0: int, hidden: np.ndarray) -> None:  # type: ignore[override]  # wants_hidden
         """The target's KV gained `tokens` at pos0.. with these hidden rows.
 
         Queues each token with the hidden row one position earlier; the last
@@ -192,9 +193,9 @@ class MTPDrafter(Drafter):
         for i, tok in enumerate(tokens):
             pos = pos0 + i
             if pos < self._kv_end:
-                continue          # already in the draft KV (fed while drafting)
+                continue  # already in the draft KV (fed while drafting)
             if i == 0 and not self._has_pending:
-                self._kv_end = pos + 1    # position 0 has no earlier hidden row: the head starts at 1
+                self._kv_end = pos + 1  # position 0 has no earlier hidden row: the head starts at 1
                 continue
             if n_feed + 1 >= len(self._rows):
                 self._flush()
@@ -225,15 +226,16 @@ class MTPDrafter(Drafter):
 
     # ---- drafting ----------------------------------------------------------------------
 
-    def propose(self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int],
-                p_min: float = 0.0) -> Draft:
+    def propose(
+        self, last_token: int, n_past: int, k: int, sampler: Sampler, history: list[int], p_min: float = 0.0
+    ) -> Draft:
         """Draft up to k tokens that follow last_token (at position n_past): this text alone,
         through the same batched drafting as a batch (a batch of one)."""
         return draft_all([self], [DraftRequest(last_token, n_past, k, sampler, history, p_min)])[0]
 
     def plan(self, request: DraftRequest) -> Draft | HeadJob:
         if not self._has_pending or request.k <= 0:
-            return Draft()               # nothing pairs with the last token yet
+            return Draft()  # nothing pairs with the last token yet
         if self.chained:
             return self._propose_chained(request)
         return HeadJob(self, request, self)
@@ -242,7 +244,7 @@ class MTPDrafter(Drafter):
         """The first draft decode's part: (seq_id, the queue plus last_token, one hidden row
         each, first position); the head's prediction comes from its last row."""
         tokens = self._feed + [last_token]
-        return self.ctx.seq_id, tokens, self._rows[:len(tokens)], self._kv_end
+        return self.ctx.seq_id, tokens, self._rows[: len(tokens)], self._kv_end
 
     def _queue_rows(self) -> tuple[int, list[int], np.ndarray, int]:
         n = len(self._feed)
@@ -313,20 +315,27 @@ def draft_with_heads(jobs: list[HeadJob]) -> list[Draft]:
         drafters[i]._first_fed(reqs[i].n_past)
     if all(r.plain_greedy for r in reqs):
         # every recursion in one native call: argmax, own hidden row, one decode per position
-        _draft_greedy(ctx, [drafters[i].ctx.seq_id for i in order], [reqs[i] for i in order],
-                      [drafts[i] for i in order])
+        _draft_greedy(
+            ctx, [drafters[i].ctx.seq_id for i in order], [reqs[i] for i in order], [drafts[i] for i in order]
+        )
     else:
-        own = ctx.hidden()[:len(longer)]             # the long drafts' last-token rows
+        own = ctx.hidden()[: len(longer)]  # the long drafts' last-token rows
         own_of = {i: own[n].copy() for n, i in enumerate(longer)}
         going = _choose(ctx, reqs, order, drafts)
         for depth in range(1, max(ks)):
             going = [i for i in going if depth < ks[i]]
             if not going:
                 break
-            _decode_parts(ctx, [(drafters[i].ctx.seq_id, [drafts[i].tokens[-1]], own_of[i][None, :],
-                                 reqs[i].n_past + depth) for i in going], outputs=True)
+            _decode_parts(
+                ctx,
+                [
+                    (drafters[i].ctx.seq_id, [drafts[i].tokens[-1]], own_of[i][None, :], reqs[i].n_past + depth)
+                    for i in going
+                ],
+                outputs=True,
+            )
             if any(depth + 1 < ks[i] for i in going):
-                hid = ctx.hidden()                    # one row per part, in order
+                hid = ctx.hidden()  # one row per part, in order
                 own_of = {i: hid[n].copy() for n, i in enumerate(going)}
             going = _choose(ctx, reqs, going, drafts)
     for d, r, draft in zip(drafters, reqs, drafts):
@@ -341,11 +350,18 @@ def _draft_greedy(ctx: DraftContext, seq_ids: list[int], reqs: list[DraftRequest
     ids = np.empty((n, int(n_max.max())), dtype=np.int32)
     probs = np.empty(ids.shape, dtype=np.float32)
     n_out = np.empty(n, dtype=np.int32)
-    ctx.draft_greedy(np.array(seq_ids, dtype=np.int32), np.array([r.n_past + 1 for r in reqs], dtype=np.int32), n_max,
-                     np.array([r.p_min for r in reqs], dtype=np.float32), ids, probs, n_out)
+    ctx.draft_greedy(
+        np.array(seq_ids, dtype=np.int32),
+        np.array([r.n_past + 1 for r in reqs], dtype=np.int32),
+        n_max,
+        np.array([r.p_min for r in reqs], dtype=np.float32),
+        ids,
+        probs,
+        n_out,
+    )
     for r, draft in enumerate(drafts):
-        draft.tokens = ids[r, :n_out[r]].tolist()
-        draft.confidence = probs[r, :n_out[r]].tolist()
+        draft.tokens = ids[r, : n_out[r]].tolist()
+        draft.confidence = probs[r, : n_out[r]].tolist()
 
 
 def _feed_queues(ctx: DraftContext, drafters: list[MTPDrafter]) -> None:
@@ -360,16 +376,19 @@ def _feed_queues(ctx: DraftContext, drafters: list[MTPDrafter]) -> None:
 def _decode_parts(ctx: DraftContext, parts, *, outputs: bool) -> None:
     """Draft decode of (seq_id, tokens, hidden rows, first position) parts; with outputs, one
     decode with logits for each part's last row, without, as many decodes as n_batch needs."""
-    tokens, pos, seqs, flags = [], [], [], []
+    tokens: list[int] = []
+    pos: list[int] = []
+    seqs: list[int] = []
+    flags: list[int] = []
     for seq, toks, _, p0 in parts:
         tokens += toks
         pos += range(p0, p0 + len(toks))
         seqs += [seq] * len(toks)
         flags += [0] * (len(toks) - 1) + [1 if outputs else 0]
     if len(parts) == 1:
-        hidden = np.ascontiguousarray(parts[0][2][:len(tokens)])
+        hidden = np.ascontiguousarray(parts[0][2][: len(tokens)])
     else:
-        hidden = np.concatenate([h[:len(t)] for _, t, h, _ in parts])      # float32 rows, one array
+        hidden = np.concatenate([h[: len(t)] for _, t, h, _ in parts])  # float32 rows, one array
     flags_arr = np.array(flags, dtype=np.uint8)
     step = len(tokens) if outputs else ctx.n_batch
     for a in range(0, len(tokens), step):
@@ -381,8 +400,13 @@ def _argmax(rows: np.ndarray) -> list[tuple[int, float]]:
     """(argmax, its softmax probability) of each row: one native call for all rows."""
     n = rows.shape[0]
     ids, probs = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.float32)
-    lib.pymtp_rows_argmax(ffi.from_buffer("float[]", rows), n, rows.shape[1],
-                          ffi.from_buffer("int32_t[]", ids), ffi.from_buffer("float[]", probs))
+    lib.pymtp_rows_argmax(
+        ffi.from_buffer("float[]", rows),
+        n,
+        rows.shape[1],
+        ffi.from_buffer("int32_t[]", ids),
+        ffi.from_buffer("float[]", probs),
+    )
     return list(zip(ids.tolist(), probs.tolist()))
 
 
@@ -392,8 +416,11 @@ def _choose(ctx: DraftContext, reqs: list[DraftRequest], order: list[int], draft
     the ones that drafted a token."""
     logits = ctx.logits()
     greedy = _argmax(logits) if any(reqs[i].plain_greedy for i in order) else None
-    return [i for r, i in enumerate(order)
-            if _take(drafts[i], logits[r], reqs[i], greedy[r] if greedy and reqs[i].plain_greedy else None)]
+    return [
+        i
+        for r, i in enumerate(order)
+        if _take(drafts[i], logits[r], reqs[i], greedy[r] if greedy and reqs[i].plain_greedy else None)
+    ]
 
 
 def _take(draft: Draft, row: np.ndarray, r: DraftRequest, greedy: tuple[int, float] | None) -> bool:
@@ -406,7 +433,7 @@ def _take(draft: Draft, row: np.ndarray, r: DraftRequest, greedy: tuple[int, flo
     else:
         mask = r.constraint.draft_mask(len(draft.tokens)) if r.constraint is not None else None
         tok, conf = r.sampler.row(len(draft.tokens), row, r.history, draft.tokens, mask=mask)
-    if tok < 0 or conf < r.p_min:        # -1: the head has no allowed token here
+    if tok < 0 or conf < r.p_min:  # -1: the head has no allowed token here
         return False
     if r.constraint is not None:
         r.constraint.drafted(tok)

@@ -59,8 +59,16 @@ class CostModel:
     others are interpolated linearly (and extrapolated from the last two). ``attn``: extra
     seconds per row per cached position. ``learn=False`` freezes it (tests inject a table)."""
 
-    def __init__(self, rows: dict[int, float], c_draft: float, attn: float = 0.0, *, learn: bool = True,
-                 window: int = 24, overhead: tuple[float, float] = (0.0, 0.0)) -> None:
+    def __init__(
+        self,
+        rows: dict[int, float],
+        c_draft: float,
+        attn: float = 0.0,
+        *,
+        learn: bool = True,
+        window: int = 24,
+        overhead: tuple[float, float] = (0.0, 0.0),
+    ) -> None:
         if 1 not in rows or any(n < 1 or t <= 0 for n, t in rows.items()):
             raise ValueError("a cost table needs positive seconds for 1 row (and any other row counts >= 1)")
         self._n = np.array([0] + sorted(rows), dtype=float)
@@ -68,17 +76,18 @@ class CostModel:
         self.attn = max(0.0, float(attn))
         self.learn = learn
         self._decay = 1.0 - 1.0 / window
-        self._c_draft = float(c_draft)         # priors: a draft token, a plain / drafting step's overhead
+        self._c_draft = float(c_draft)  # priors: a draft token, a plain / drafting step's overhead
         self._overhead = list(overhead)
-        self._means: dict[tuple, list[float]] = {}   # learned: key -> [decayed mean, weight]
+        self._means: dict[tuple, list[float]] = {}  # learned: key -> [decayed mean, weight]
         self._w: dict[int, float] = {}
-        self._ratio: dict[int, list[float]] = {}   # rows -> decayed [sum of measured/predicted, weight]
+        self._ratio: dict[int, list[float]] = {}  # rows -> decayed [sum of measured/predicted, weight]
         self._all = [0.0, 0.0]
         self._lock = threading.Lock()
 
     @classmethod
-    def table(cls, rows: dict[int, float], c_draft: float, attn: float = 0.0,
-              overhead: tuple[float, float] = (0.0, 0.0)) -> CostModel:
+    def table(
+        cls, rows: dict[int, float], c_draft: float, attn: float = 0.0, overhead: tuple[float, float] = (0.0, 0.0)
+    ) -> CostModel:
         """A fixed cost table (no calibration, no learning): for tests and what-ifs."""
         return cls(rows, c_draft, attn, learn=False, overhead=overhead)
 
@@ -90,7 +99,7 @@ class CostModel:
             ns, ts = self._n, self._t
             if n <= ns[-1]:
                 w = float(np.interp(n, ns, ts))
-            else:                               # beyond the table: the slope of its last two points
+            else:  # beyond the table: the slope of its last two points
                 slope = (ts[-1] - ts[-2]) / (ns[-1] - ns[-2])
                 w = float(ts[-1] + slope * (n - ns[-1]))
             self._w[n] = w
@@ -169,10 +178,13 @@ class CostModel:
             self._observe(("draft", mode), self._c_draft, 1.0, seconds / n_tokens)
 
     def describe(self) -> dict:
-        return {"rows": {int(n): float(t) for n, t in zip(self._n[1:], self._t[1:])}, "attn": self.attn,
-                "c_draft": {m: self.draft_cost(m) for m in ("greedy", "sample")},
-                "overhead": {m: [self.overhead(False, m), self.overhead(True, m)] for m in ("greedy", "sample")},
-                "ratio": {n: self.ratio(n) for n in sorted(self._ratio)}}
+        return {
+            "rows": {int(n): float(t) for n, t in zip(self._n[1:], self._t[1:])},
+            "attn": self.attn,
+            "c_draft": {m: self.draft_cost(m) for m in ("greedy", "sample")},
+            "overhead": {m: [self.overhead(False, m), self.overhead(True, m)] for m in ("greedy", "sample")},
+            "ratio": {n: self.ratio(n) for n in sorted(self._ratio)},
+        }
 
 
 def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_threads: int | None = None) -> CostModel:
@@ -185,19 +197,19 @@ def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_thr
     t_start = time.perf_counter()
     sizes = sorted({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64} & set(range(1, max_rows + 1)) | {max_rows})
     order = [1, 2, max_rows] + [n for n in sizes if n not in (1, 2, max_rows)]
-    fill = 256                                 # positions for the attention measurement
+    fill = 256  # positions for the attention measurement
     n_ctx = fill + max(max_rows, 16) + 8
     ctx = TargetContext(model, n_ctx=n_ctx, n_batch=max(fill, max_rows), n_threads=n_threads)
     try:
         vocab = max(2, model.n_vocab)
         toks = [(11 + 7 * i) % vocab for i in range(n_ctx)]
         p0 = 8
-        ctx.decode(toks[:p0], 0)               # a short prefix (and the first decode's warm-up)
-        end = [p0]                             # the scratch sequence's length
+        ctx.decode(toks[:p0], 0)  # a short prefix (and the first decode's warm-up)
+        end = [p0]  # the scratch sequence's length
 
         def rewind(pos: int) -> None:
             if end[0] > pos:
-                if model.is_recurrent:         # recurrent state cannot drop a decode: start over
+                if model.is_recurrent:  # recurrent state cannot drop a decode: start over
                     ctx.seq_rm(0)
                     ctx.decode(toks[:pos], 0, output=_last_only(pos))
                 else:
@@ -207,14 +219,14 @@ def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_thr
         def once(n: int, pos: int) -> float:
             rewind(pos)
             t = time.perf_counter()
-            ctx.decode(toks[pos:pos + n], pos)
+            ctx.decode(toks[pos : pos + n], pos)
             end[0] = pos + n
             return time.perf_counter() - t
 
         def timed(n: int, pos: int) -> float:
             return min(once(n, pos) for _ in range(CALIBRATION_REPEATS))
 
-        once(1, p0)                            # warm-up
+        once(1, p0)  # warm-up
         # Row counts in rounds (the fastest of each counts), so that a burst of load on a shared
         # machine does not fall on one row count alone; later rounds add row counts while the
         # budget lasts.
@@ -235,7 +247,7 @@ def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_thr
         # The fill costs about fill / max_rows decodes of max_rows rows: only when it fits the budget.
         est_fill = rows.get(max_rows, rows[1]) * fill / max(max_rows, 1) + 2 * CALIBRATION_REPEATS * rows[1]
         if model.is_recurrent:
-            est_fill *= CALIBRATION_REPEATS    # each repeat decodes the fill again (rewind)
+            est_fill *= CALIBRATION_REPEATS  # each repeat decodes the fill again (rewind)
         if time.perf_counter() - t_start + est_fill < budget:
             rewind(p0)
             ctx.decode(toks[p0:fill], p0, output=_last_only(fill - p0))
@@ -256,7 +268,7 @@ def _last_only(n: int) -> np.ndarray:
     return out
 
 
-_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # model -> {threads: CostModel}
+_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {threads: CostModel}
 _COSTS_LOCK = threading.Lock()
 
 
@@ -316,13 +328,13 @@ class Acceptance:
         self.accepted = [x * factor for x in self.accepted]
 
     def update(self, n_drafted: int, n_accepted: int) -> None:
-        checked = min(n_drafted, n_accepted + 1)     # tokens past the first rejection go unchecked
+        checked = min(n_drafted, n_accepted + 1)  # tokens past the first rejection go unchecked
         d = self._decay
         self.reached = [x * d + (i < checked) for i, x in enumerate(self.reached)]
         self.accepted = [x * d + (i < n_accepted) for i, x in enumerate(self.accepted)]
 
 
-_ACCEPTANCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # model -> {key: Acceptance}
+_ACCEPTANCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {key: Acceptance}
 #: A new generation starts from the last generation's estimates on the model, counted this much.
 CARRY = 0.5
 
@@ -355,7 +367,7 @@ class Choice:
     k: int
     probe: bool
     predicted_tps: float
-    tokens: float = 1.0                  # the expected tokens of this sequence's step
+    tokens: float = 1.0  # the expected tokens of this sequence's step
     measured_tps: float = 0.0
 
 
@@ -368,10 +380,19 @@ class AutoPolicy:
 
     cooldown_steps_taken = 0
 
-    def __init__(self, config: SpecConfig, n_max: int, *, model=None, costs: CostModel | None = None,
-                 shared: bool = False, max_rows: int | None = None, mode: str = "greedy") -> None:
+    def __init__(
+        self,
+        config: SpecConfig,
+        n_max: int,
+        *,
+        model=None,
+        costs: CostModel | None = None,
+        shared: bool = False,
+        max_rows: int | None = None,
+        mode: str = "greedy",
+    ) -> None:
         self.config = config
-        self.mode = mode                       # "greedy" or "sample" (draft and step costs differ)
+        self.mode = mode  # "greedy" or "sample" (draft and step costs differ)
         self.n_max = max(1, n_max)
         self.p_min = config.p_min
         self._model = model
@@ -379,12 +400,12 @@ class AutoPolicy:
         self._max_rows = max_rows or self.n_max + 1
         self.shared = shared
         self.acceptance = _carried_acceptance(model, (config.drafter, self.n_max, mode), config.adaptive_window)
-        self._plain_run = 0                    # plain steps since the last draft
+        self._plain_run = 0  # plain steps since the last draft
         self._probe_gap = PROBE_FIRST
         self._pos = 0
         self._rows_before = 0
         self._t_chosen = 0.0
-        self._drafted_last = True              # the head's queue holds only the last step's tokens
+        self._drafted_last = True  # the head's queue holds only the last step's tokens
         self._drafted_once = False
         self.trace: list[Choice] = []
         self.last_rates: list[float] = []
@@ -404,8 +425,9 @@ class AutoPolicy:
             return np.array([self.costs.verify(int(x) + 1, self._pos) for x in np.asarray(k).ravel()])
         return self.costs.verify(int(k) + 1, self._pos)
 
-    def expected(self, n_past: int = 0, rows_before: int = 0, tokens_before: float = 0.0
-                 ) -> tuple[list[float], list[float]]:
+    def expected(
+        self, n_past: int = 0, rows_before: int = 0, tokens_before: float = 0.0
+    ) -> tuple[list[float], list[float]]:
         """E[tokens](k) and cost(k) for k = 0..K at position n_past, of the whole verify: beside
         rows_before rows of other sequences, which yield tokens_before tokens (in a Batch)."""
         rates = self.acceptance.rates()
@@ -436,7 +458,7 @@ class AutoPolicy:
             # does not, a one-token probe would never find out)
             probe_k = max(range(1, len(tps)), key=tps.__getitem__)
             loss = max(0.0, (cost[probe_k] - cost[0]) - (gain[probe_k] - gain[0]) / tps[0])
-            gap = self._probe_gap
+            gap: float = self._probe_gap
             if self.costs.seen(self._rows_before + probe_k + 1) >= PROBE_MIN:
                 # (until a probe's rows were timed a few times, the calibration alone says what
                 # they cost: probe at the plain gap, so that a calibration that a burst of load
@@ -473,8 +495,9 @@ class AutoPolicy:
             self.costs.observe_verify(rows, self._pos, t_verify)
             if choice is not None and len(self.trace) > 1:
                 # (not the first step: it also pays one-off set-up; a preempted step is capped)
-                self.costs.observe_overhead(n_drafted > 0, min(step - t_draft - t_verify, 2 * (t_draft + t_verify)),
-                                            self.mode)
+                self.costs.observe_overhead(
+                    n_drafted > 0, min(step - t_draft - t_verify, 2 * (t_draft + t_verify)), self.mode
+                )
             # a draft after plain steps (or the first) also feeds the head the tokens it missed
             if n_drafted and self._drafted_last and self._drafted_once:
                 self.costs.observe_draft(n_drafted, t_draft, self.mode)
@@ -517,13 +540,28 @@ def plan_batch(speculators, max_new: list[int | None]) -> list[int]:
     return ks
 
 
-def make_policy(spec: SpecConfig, n_max: int, *, model=None, costs: CostModel | None = None, shared: bool = False,
-                max_rows: int | None = None, greedy: bool = True):
+def make_policy(
+    spec: SpecConfig,
+    n_max: int,
+    *,
+    model=None,
+    costs: CostModel | None = None,
+    shared: bool = False,
+    max_rows: int | None = None,
+    greedy: bool = True,
+):
     """The policy a SpecConfig asks for (n_max: the longest draft the drafter allows; greedy:
     whether the generation samples, which changes what drafting costs)."""
     if spec.policy == "auto":
-        return AutoPolicy(spec, n_max, model=model, costs=costs, shared=shared, max_rows=max_rows,
-                          mode="greedy" if greedy else "sample")
+        return AutoPolicy(
+            spec,
+            n_max,
+            model=model,
+            costs=costs,
+            shared=shared,
+            max_rows=max_rows,
+            mode="greedy" if greedy else "sample",
+        )
     if spec.policy == "adaptive" and not spec.adaptive:
         spec = spec.model_copy(update={"adaptive": True})
     return DraftPolicy(spec, n_max)
@@ -554,10 +592,10 @@ class DraftPolicy:
         self.n_max = max(1, min(config.n_draft, n_max))
         self.p_min = config.p_min
         self._decay = 1.0 - 1.0 / config.adaptive_window
-        self._reached = np.zeros(self.n_max)     # steps where draft token i was checked
-        self._accepted = np.zeros(self.n_max)    # ... and accepted
-        self._c_draft = 0.0                      # seconds per draft token (EMA)
-        self._fit = np.zeros(5)                  # decayed sums for c_verify: n, x, x^2, y, xy
+        self._reached = np.zeros(self.n_max)  # steps where draft token i was checked
+        self._accepted = np.zeros(self.n_max)  # ... and accepted
+        self._c_draft = 0.0  # seconds per draft token (EMA)
+        self._fit = np.zeros(5)  # decayed sums for c_verify: n, x, x^2, y, xy
         self._cool_left = 0
         self.cooldown_steps_taken = 0
         self.last_rates: list[float] = []
@@ -571,7 +609,11 @@ class DraftPolicy:
         n, sx, sxx, sy, sxy = self._fit
         mean_x, mean_y = sx / n, sy / n
         var = sxx / n - mean_x * mean_x
-        slope = (sxy / n - mean_x * mean_y) / var if var > 0.25 else self._PRIOR_SLOPE * mean_y / (1 + self._PRIOR_SLOPE * mean_x)
+        slope = (
+            (sxy / n - mean_x * mean_y) / var
+            if var > 0.25
+            else self._PRIOR_SLOPE * mean_y / (1 + self._PRIOR_SLOPE * mean_x)
+        )
         base = mean_y - max(slope, 0.0) * mean_x
         return base + max(slope, 0.0) * k
 
@@ -601,14 +643,16 @@ class DraftPolicy:
         if n_accepted == 0 and self.config.cooldown > 0:
             self._cool_left = self.config.cooldown_steps
         if not self.config.adaptive:
-            return                                   # the estimates feed only the adaptive choice
+            return  # the estimates feed only the adaptive choice
         d = self._decay
         self._reached *= d
         self._accepted *= d
-        checked = min(n_drafted, n_accepted + 1)    # tokens past the first rejection go unchecked
+        checked = min(n_drafted, n_accepted + 1)  # tokens past the first rejection go unchecked
         self._reached[:checked] += 1
         self._accepted[:n_accepted] += 1
         if t_verify > 0:
             per_tok = t_draft / n_drafted
             self._c_draft = per_tok if self._c_draft == 0 else d * self._c_draft + (1 - d) * per_tok
-            self._fit = d * self._fit + np.array([1.0, n_drafted, n_drafted * n_drafted, t_verify, n_drafted * t_verify])
+            self._fit = d * self._fit + np.array(
+                [1.0, n_drafted, n_drafted * n_drafted, t_verify, n_drafted * t_verify]
+            )

@@ -48,7 +48,7 @@ class SavedText:
     head: HeadState | None
     drafter: str
     mark: PromptMark | None = None
-    min_cut: int = 0                 # see usable_prefix
+    min_cut: int = 0  # see usable_prefix
     nbytes: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -64,24 +64,30 @@ def _head_arrays(head: HeadState | None) -> list[np.ndarray]:
     return [head.kv] + ([head.pending] if head.pending is not None else [])
 
 
-def usable_prefix(tokens: list[int], n_past: int, mark: PromptMark | None, recurrent: bool,
-                  prompt: list[int], min_cut: int = 0) -> tuple[int, str]:
+def usable_prefix(
+    tokens: list[int], n_past: int, mark: PromptMark | None, recurrent: bool, prompt: list[int], min_cut: int = 0
+) -> tuple[int, str]:
     """How many leading positions of a text's KV (tokens[:n_past]) a new prompt can keep, and
     why not more ("" when all it shares). The prompt's last token is decoded by step().
     min_cut: the fewest positions a cut may keep (sliding-window layers let older positions
     go: a cut before min_cut would decode against missing keys)."""
     limit = min(n_past, len(prompt) - 1)
     n = 0
-    while n + 256 <= limit and tokens[n:n + 256] == prompt[n:n + 256]:    # slices compare in C
+    while n + 256 <= limit and tokens[n : n + 256] == prompt[n : n + 256]:  # slices compare in C
         n += 256
     while n < limit and tokens[n] == prompt[n]:
         n += 1
     if n < min(n_past, min_cut):
-        return 0, (f"sliding-window attention: the prompt diverges at {n}, and a cut there needs positions "
-                   f"the cache let go (it can cut at {min_cut} or later)")
+        return 0, (
+            f"sliding-window attention: the prompt diverges at {n}, and a cut there needs positions "
+            f"the cache let go (it can cut at {min_cut} or later)"
+        )
     if n < n_past and recurrent:
         if mark is not None and mark.n <= n:
-            return mark.n, "" if mark.n == limit else f"recurrent state: resumed at the end of the last prompt ({mark.n})"
+            return (
+                mark.n,
+                "" if mark.n == limit else f"recurrent state: resumed at the end of the last prompt ({mark.n})",
+            )
         return 0, f"recurrent state: the prompt diverges at {n} of {n_past} cached positions"
     return n, "" if n == limit else f"the prompt diverges from the cached text at position {n}"
 
@@ -122,9 +128,13 @@ class PromptCache:
         if text.nbytes > self.max_bytes or self.max_texts < 1:
             return
         if not recurrent:
-            for key in [k for k, t in self._texts.items()
-                        if t.drafter == text.drafter and t.n_past <= text.n_past
-                        and t.tokens[:t.n_past] == text.tokens[:t.n_past]]:
+            for key in [
+                k
+                for k, t in self._texts.items()
+                if t.drafter == text.drafter
+                and t.n_past <= text.n_past
+                and t.tokens[: t.n_past] == text.tokens[: t.n_past]
+            ]:
                 self.take(key)
         self._texts[self._next_id] = text
         self._next_id += 1
@@ -139,6 +149,7 @@ class PromptCache:
 
 # ---- files ---------------------------------------------------------------------------------
 
+
 def write_text(path: str | os.PathLike, text: SavedText, model_facts: dict) -> Path:
     """Write a saved text to a .npz file (numpy arrays and a JSON header; no pickle). A
     hybrid's prompt mark stays behind: the file resumes the text at its end."""
@@ -150,12 +161,18 @@ def write_text(path: str | os.PathLike, text: SavedText, model_facts: dict) -> P
         if text.head.pending is not None:
             arrays["head_pending"] = text.head.pending
         head = {"kv_end": text.head.kv_end}
-    meta = {"format": FORMAT, "model": model_facts, "n_past": text.n_past, "drafter": text.drafter, "head": head,
-            "min_cut": text.min_cut}
+    meta = {
+        "format": FORMAT,
+        "model": model_facts,
+        "n_past": text.n_past,
+        "drafter": text.drafter,
+        "head": head,
+        "min_cut": text.min_cut,
+    }
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
+        np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub types the first **kwds as allow_pickle
     os.replace(tmp, path)
     return path
 
@@ -188,5 +205,12 @@ def read_text(path: str | os.PathLike, model_facts: dict, n_ctx: int) -> SavedTe
         head = HeadState(arrays["head_kv"], int(meta["head"]["kv_end"]), pending)
         if not 0 <= head.kv_end <= n_past + 1:
             raise ValueError(f"{path}: the head reaches position {head.kv_end} of a {n_past}-position text")
-    return SavedText(tokens, n_past, arrays["target"], head, str(meta["drafter"]), None,
-                     min(n_past, max(0, int(meta.get("min_cut", n_past)))))
+    return SavedText(
+        tokens,
+        n_past,
+        arrays["target"],
+        head,
+        str(meta["drafter"]),
+        None,
+        min(n_past, max(0, int(meta.get("min_cut", n_past)))),
+    )

@@ -21,6 +21,7 @@ from .chat import chat_prompt, chat_prompt_tokens, chat_stream
 from .display import stats_line
 from .errors import PymtpError
 from .session import Session
+from .stats import GenerationResult
 
 __all__ = ["ChatRepl", "HELP"]
 
@@ -87,9 +88,17 @@ class ChatRepl:
     through /reset and through dropping old turns. show_stats: the stats line after
     every reply (unless quiet). interactive: a terminal (prompt, banner, readline)."""
 
-    def __init__(self, session: Session, gen_kwargs: dict, *, template: str | None = None,
-                 system: str | None = None, show_stats: bool = False, quiet: bool = False,
-                 interactive: bool = False) -> None:
+    def __init__(
+        self,
+        session: Session,
+        gen_kwargs: dict,
+        *,
+        template: str | None = None,
+        system: str | None = None,
+        show_stats: bool = False,
+        quiet: bool = False,
+        interactive: bool = False,
+    ) -> None:
         self.session = session
         self.kw = dict(gen_kwargs)
         self.template = template
@@ -98,7 +107,7 @@ class ChatRepl:
         self.show_stats = show_stats
         self.quiet = quiet
         self.interactive = interactive
-        self.last = None                  # the GenerationResult of the last reply that ran to its end
+        self.last: GenerationResult | None = None  # the GenerationResult of the last reply that ran to its end
         self.last_interrupted = False
 
     # ---- the loop ------------------------------------------------------------------------------
@@ -109,9 +118,10 @@ class ChatRepl:
             _enable_line_editing()
             m = self.session.model
             spec = ", MTP drafting" if self.kw.get("speculative") is not False else ""
-            self.say(f"pymtp chat with {m.path.name} ({m.architecture}{spec}). "
-                     "/help for commands, /exit or Ctrl-D to quit.")
-        interrupts = 0                    # Ctrl-C at the prompt, in a row
+            self.say(
+                f"pymtp chat with {m.path.name} ({m.architecture}{spec}). /help for commands, /exit or Ctrl-D to quit."
+            )
+        interrupts = 0  # Ctrl-C at the prompt, in a row
         while True:
             try:
                 line = input("> " if self.interactive else "")
@@ -130,7 +140,7 @@ class ChatRepl:
             try:
                 if not self.handle(line):
                     return EXIT_OK
-            except KeyboardInterrupt:     # outside the reply's own streaming (templating, stats)
+            except KeyboardInterrupt:  # outside the reply's own streaming (templating, stats)
                 self.say("\n(interrupted)")
 
     def handle(self, line: str) -> bool:
@@ -162,8 +172,9 @@ class ChatRepl:
         elif name == "/stats":
             self.say(self.stats_text())
         else:
-            self.say(f"unknown command {name} (not sent to the model); /help lists the commands, "
-                     "// starts a message with /")
+            self.say(
+                f"unknown command {name} (not sent to the model); /help lists the commands, // starts a message with /"
+            )
         return True
 
     def stats_text(self) -> str:
@@ -183,7 +194,7 @@ class ChatRepl:
         try:
             stream = chat_stream(convo, self.session, template=self.template, **self.kw)
             reply, done = echo_stream(stream, stats=False)
-        except PymtpError as e:           # the conversation survives a failed generation
+        except PymtpError as e:  # the conversation survives a failed generation
             self.say(f"error: {e}")
             return
         self.history = convo + [{"role": "assistant", "content": reply}]
@@ -192,7 +203,7 @@ class ChatRepl:
         if not done:
             self.say("(reply interrupted)")
             return
-        if self.last.finish_reason == "context":
+        if self.last is not None and self.last.finish_reason == "context":
             self.say("(the reply stopped at the end of the context)")
         if self.show_stats and not self.quiet:
             self.say(self.stats_text())
@@ -226,11 +237,15 @@ class ChatRepl:
             dropped += 1
             n = self.count(convo)
         if n >= n_ctx:
-            self.say(f"(not sent: this message makes a prompt of {n} tokens"
-                     f"{' with the system prompt' if head else ''}; the context holds {n_ctx})")
+            self.say(
+                f"(not sent: this message makes a prompt of {n} tokens"
+                f"{' with the system prompt' if head else ''}; the context holds {n_ctx})"
+            )
             return None
         if dropped:
             kept = ", kept the system prompt" if head else ""
-            self.say(f"(the conversation outgrew the context of {n_ctx} tokens: dropped the oldest "
-                     f"{dropped} turn{'s' if dropped > 1 else ''}{kept})")
+            self.say(
+                f"(the conversation outgrew the context of {n_ctx} tokens: dropped the oldest "
+                f"{dropped} turn{'s' if dropped > 1 else ''}{kept})"
+            )
         return convo

@@ -12,8 +12,9 @@ takes the Request as it is; it checks only what needs the engine (whether the pr
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import TypedDict
 
@@ -114,7 +115,7 @@ class Request:
     constraint: the caller's own TokenConstraint (one generation's state)."""
 
     sampling: SamplingConfig
-    spec: SpecConfig | None            # None: plain decoding
+    spec: SpecConfig | None  # None: plain decoding
     limits: GenerationConfig
     logprobs: bool = False
     top_logprobs: int = 0
@@ -144,7 +145,7 @@ def check_names(options: Mapping[str, Any], where: str) -> None:
     for name in options:
         if name not in OPTIONS:
             close = difflib.get_close_matches(name, OPTIONS, n=1)
-            hint = (f"; did you mean {close[0]!r}?" if close else "")
+            hint = f"; did you mean {close[0]!r}?" if close else ""
             if name in SPEC_OPTIONS:
                 hint = f"; it is a SpecConfig setting: speculative={{{name!r}: ...}}"
             raise TypeError(f"{where} got an unexpected keyword argument {name!r}{hint}")
@@ -173,8 +174,16 @@ def resolve(options: Mapping[str, Any], model: Model, *, where: str = "generate(
     if processor is not None and not callable(processor):
         raise OptionError("logits_processor", "logits_processor must be callable: f(token_ids, logits) -> logits")
     grammar, constraint = _constraints(given, model)
-    return Request(sampling, spec, limits, logprobs=logprobs or top > 0, top_logprobs=top,
-                   logits_processor=processor, grammar=grammar, constraint=constraint)
+    return Request(
+        sampling,
+        spec,
+        limits,
+        logprobs=logprobs or top > 0,
+        top_logprobs=top,
+        logits_processor=processor,
+        grammar=grammar,
+        constraint=constraint,
+    )
 
 
 def _spec(speculative) -> SpecConfig | None:
@@ -199,7 +208,8 @@ def _check_for_model(sampling: SamplingConfig, spec: SpecConfig | None, model: M
             "speculative",
             f"{model.path.name} has no MTP blocks (architecture {model.architecture}, n_mtp_layers="
             f"{model.n_mtp_layers}, loaded={model.mtp_loaded}): speculative decoding needs them. Run it with "
-            "speculative=False, or draft by prompt lookup: speculative={'drafter': 'lookup'}.")
+            "speculative=False, or draft by prompt lookup: speculative={'drafter': 'lookup'}.",
+        )
 
 
 def _constraints(given: Mapping[str, Any], model: Model):
@@ -211,6 +221,7 @@ def _constraints(given: Mapping[str, Any], model: Model):
     if not named:
         return None, None
     from .grammar import Constraint
+
     return Constraint(model, **{named[0]: given[named[0]]}), None
 
 

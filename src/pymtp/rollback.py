@@ -63,7 +63,7 @@ class CheckpointTrim:
     def trim(self, n_keep: int) -> None:
         base = self._base
         if base is None or n_keep >= base + len(self._tokens):
-            return                 # nothing decoded past n_keep since the mark
+            return  # nothing decoded past n_keep since the mark
         self._base = None
         self.ctx.checkpoint_restore()
         self.ctx.seq_rm(base)
@@ -75,5 +75,5 @@ class CheckpointTrim:
 def rollback_for(ctx: TargetContext | DraftContext, max_rollback: int) -> KVTrim | CheckpointTrim:
     """How this context rolls back drafts of up to max_rollback tokens."""
     if not ctx.is_draft and ctx.model.is_recurrent and ctx.n_rs_seq < max_rollback:
-        return CheckpointTrim(ctx)
+        return CheckpointTrim(ctx)  # type: ignore[arg-type]  # not is_draft: a target context
     return KVTrim(ctx)

@@ -19,8 +19,8 @@ llama.cpp tree (``rpc_server_binary``); the test suite runs such servers on one 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 #: Seconds an exchange with a server may stay silent before it counts as failed.
 DEFAULT_TIMEOUT = 120.0

@@ -104,7 +104,7 @@ class Sampler:
         self._slot_n = ffi.new("int32_t[1]")
         self._slot_ids = ffi.new("int32_t **")
         self._slot_probs = ffi.new("float **")
-        self.logits_processor: LogitsProcessor | None = None     # one Python call per row: slower
+        self.logits_processor: LogitsProcessor | None = None  # one Python call per row: slower
         self.configure(config)
         if n_vocab:
             self._ensure(n_vocab)
@@ -119,7 +119,8 @@ class Sampler:
         self.rng = np.random.default_rng(config.seed)
         c = config
         self.penalizes = c.repetition_window > 0 and (
-            c.repetition_penalty != 1.0 or c.presence_penalty != 0.0 or c.frequency_penalty != 0.0)
+            c.repetition_penalty != 1.0 or c.presence_penalty != 0.0 or c.frequency_penalty != 0.0
+        )
         self._window = c.repetition_window if self.penalizes else 0
         self._plain_argmax = c.greedy and not self.penalizes and not c.logit_bias
         if self._native is not None:
@@ -142,17 +143,29 @@ class Sampler:
 
     def _push_config(self) -> None:
         c = self.config
-        params = ffi.new("pymtp_sampling_params *", {
-            "temperature": c.temperature, "top_k": c.top_k, "top_p": c.top_p, "min_p": c.min_p,
-            "repetition_penalty": c.repetition_penalty, "presence_penalty": c.presence_penalty,
-            "frequency_penalty": c.frequency_penalty, "penalty_window": self._window})
+        params = ffi.new(
+            "pymtp_sampling_params *",
+            {
+                "temperature": c.temperature,
+                "top_k": c.top_k,
+                "top_p": c.top_p,
+                "min_p": c.min_p,
+                "repetition_penalty": c.repetition_penalty,
+                "presence_penalty": c.presence_penalty,
+                "frequency_penalty": c.frequency_penalty,
+                "penalty_window": self._window,
+            },
+        )
         ids = np.array([t for t, _ in c.logit_bias], dtype=np.int32)
         vals = np.array([v for _, v in c.logit_bias], dtype=np.float32)
         if ids.size and int(ids.max()) >= self.n_vocab:
             raise ValueError(f"logit_bias names token {int(ids.max())}, outside the vocabulary (0..{self.n_vocab - 1})")
-        self._bias = (ids, vals)          # alive while the call reads them
-        check(lib.pymtp_sampler_configure(self._native, params, ffi.from_buffer("int32_t[]", ids),
-                                          ffi.from_buffer("float[]", vals), ids.size))
+        self._bias = (ids, vals)  # alive while the call reads them
+        check(
+            lib.pymtp_sampler_configure(
+                self._native, params, ffi.from_buffer("int32_t[]", ids), ffi.from_buffer("float[]", vals), ids.size
+            )
+        )
 
     # ---- inputs --------------------------------------------------------------------------------
 
@@ -168,10 +181,11 @@ class Sampler:
             return ffi.NULL, 0
         tail = list(history[-w:]) + list(extra)
         arr = np.asarray(tail[-w:], dtype=np.int32)
-        self._hist = arr                  # alive while the call reads it
+        self._hist = arr  # alive while the call reads it
         return ffi.from_buffer("int32_t[]", arr), arr.size
 
     def _processed(self, row: np.ndarray, ids: list[int]) -> np.ndarray:
+        assert self.logits_processor is not None
         out = self.logits_processor(ids, np.array(row, dtype=np.float32))
         out = np.asarray(out, dtype=np.float32)
         if out.shape != np.shape(row):
@@ -180,8 +194,16 @@ class Sampler:
 
     # ---- one row -------------------------------------------------------------------------------
 
-    def row(self, slot: int, row: np.ndarray, history: Sequence[int], extra: Sequence[int] = (),
-            draw: bool = True, confidence: bool = True, mask: np.ndarray | None = None) -> tuple[int, float]:
+    def row(
+        self,
+        slot: int,
+        row: np.ndarray,
+        history: Sequence[int],
+        extra: Sequence[int] = (),
+        draw: bool = True,
+        confidence: bool = True,
+        mask: np.ndarray | None = None,
+    ) -> tuple[int, float]:
         """Slot `slot` = the distribution of one logits row, after history + extra (and only the
         tokens mask allows: a packed uint32 bitmask). Returns the chosen token (greedy: the
         argmax; sampling: a draw, or -1 with draw=False; -1 too when nothing allowed has a finite
@@ -192,9 +214,19 @@ class Sampler:
         row = self._rows(row)
         hist, n_hist = self._history(history, extra)
         u = self.rng.random() if draw and not self.config.greedy else -1.0
-        check(lib.pymtp_sampler_row(self._native, slot, ffi.from_buffer("float[]", row), hist, n_hist,
-                                    _mask_ptr(mask, self.n_vocab), u, self._tok,
-                                    self._conf if confidence else ffi.NULL))
+        check(
+            lib.pymtp_sampler_row(
+                self._native,
+                slot,
+                ffi.from_buffer("float[]", row),
+                hist,
+                n_hist,
+                _mask_ptr(mask, self.n_vocab),
+                u,
+                self._tok,
+                self._conf if confidence else ffi.NULL,
+            )
+        )
         tok = int(self._tok[0])
         return tok, float(self._conf[0]) if confidence else 0.0
 
@@ -234,8 +266,17 @@ class Sampler:
 
     # ---- verification ---------------------------------------------------------------------------
 
-    def verify(self, target_rows: np.ndarray, draft: Sequence[int], q: str | Sequence[np.ndarray] | None,
-               history: list[int], *, masks: np.ndarray | None = None, probs: bool = False, top: int = 0) -> Verdict:
+    def verify(
+        self,
+        target_rows: np.ndarray,
+        draft: Sequence[int],
+        q: str | Sequence[np.ndarray] | None,
+        history: list[int],
+        *,
+        masks: np.ndarray | None = None,
+        probs: bool = False,
+        top: int = 0,
+    ) -> Verdict:
         """Accept a prefix of draft against the target rows of one verify batch.
 
         target_rows[i] is the target's logits after history + draft[:i] (k + 1 rows for k
@@ -256,34 +297,66 @@ class Sampler:
         rows = self._rows(rows)
         if rows.shape[0] != k + 1:
             raise ValueError(f"{k} draft tokens need {k + 1} target rows, got {rows.shape[0]}")
-        if masks is not None and (masks.dtype != np.uint32 or masks.shape[0] < k + 1 or not masks.flags.c_contiguous
-                                  or masks.shape[1] != (self.n_vocab + 31) // 32):
+        if masks is not None and (
+            masks.dtype != np.uint32
+            or masks.shape[0] < k + 1
+            or not masks.flags.c_contiguous
+            or masks.shape[1] != (self.n_vocab + 31) // 32
+        ):
             raise ValueError(f"masks: need {k + 1} C-contiguous uint32 rows of {(self.n_vocab + 31) // 32} words")
         u = ffi.NULL
         if not self.config.greedy:
             if q == Q_POINT_MASS:
                 self._point_masses(draft)
-            elif q is not None and q != Q_IN_SLOTS:
+            elif q is not None and not isinstance(q, str):  # Q_IN_SLOTS: the drafter filled them
                 self._load_q(q)
             self._u = self.rng.random(k + 1)
             u = ffi.from_buffer("double[]", self._u)
         tokens = np.asarray(draft, dtype=np.int32)
         hist, n_hist = self._history(history)
         mask_ptr = ffi.NULL if masks is None else ffi.from_buffer("uint32_t[]", masks)
-        check(lib.pymtp_sampler_verify(self._native, ffi.from_buffer("float[]", rows),
-                                       ffi.from_buffer("int32_t[]", tokens), k, hist, n_hist, mask_ptr, u,
-                                       self._n_acc, self._tok, self._probs_out if probs or top else ffi.NULL))
+        check(
+            lib.pymtp_sampler_verify(
+                self._native,
+                ffi.from_buffer("float[]", rows),
+                ffi.from_buffer("int32_t[]", tokens),
+                k,
+                hist,
+                n_hist,
+                mask_ptr,
+                u,
+                self._n_acc,
+                self._tok,
+                self._probs_out if probs or top else ffi.NULL,
+            )
+        )
         n_acc, new = int(self._n_acc[0]), int(self._tok[0])
-        return Verdict(n_acc, new, list(self._probs_out[0:n_acc + 1]) if probs or top else None,
-                       [self._top(rows[i], history, draft[:i], None if masks is None else masks[i], top)
-                        for i in range(n_acc + 1)] if top else None)     # one native call per emitted token
+        return Verdict(
+            n_acc,
+            new,
+            list(self._probs_out[0 : n_acc + 1]) if probs or top else None,
+            [self._top(rows[i], history, draft[:i], None if masks is None else masks[i], top) for i in range(n_acc + 1)]
+            if top
+            else None,
+        )  # one native call per emitted token
 
-    def _top(self, row: np.ndarray, history: Sequence[int], extra: Sequence[int],
-             mask: np.ndarray | None, n: int) -> list[tuple[int, float]]:
+    def _top(
+        self, row: np.ndarray, history: Sequence[int], extra: Sequence[int], mask: np.ndarray | None, n: int
+    ) -> list[tuple[int, float]]:
         hist, n_hist = self._history(history, extra)
-        check(lib.pymtp_sampler_top(self._native, ffi.from_buffer("float[]", row), hist, n_hist,
-                                    ffi.NULL if mask is None else ffi.from_buffer("uint32_t[]", mask),
-                                    n, self._top_ids, self._top_lps, self._top_n))
+        check(
+            lib.pymtp_sampler_top(
+                self._native,
+                ffi.from_buffer("float[]", row),
+                hist,
+                n_hist,
+                ffi.NULL if mask is None else ffi.from_buffer("uint32_t[]", mask),
+                n,
+                self._top_ids,
+                self._top_lps,
+                self._top_n,
+            )
+        )
         return [(int(self._top_ids[j]), float(self._top_lps[j])) for j in range(self._top_n[0])]
 
 

@@ -62,7 +62,7 @@ class _SeqView:
     def pos_min(self) -> int:
         return self.ctx.pos_min(self.seq_id)
 
-    min_cut = _Context.min_cut          # the context's rule, on this view's pos_min()
+    min_cut = _Context.min_cut  # the context's rule, on this view's pos_min()
 
     def get_state(self, *, partial: bool = False) -> np.ndarray:
         return self.ctx.get_state(self.seq_id, partial=partial)
@@ -73,6 +73,8 @@ class _SeqView:
 
 class TargetView(_SeqView):
     """A TargetContext's sequence seq_id."""
+
+    ctx: TargetContext
 
     def decode(self, tokens, pos0: int, *, output=None) -> None:
         self.ctx.decode(tokens, pos0, seq_id=self.seq_id, output=output)
@@ -87,6 +89,7 @@ class TargetView(_SeqView):
 class DraftView(_SeqView):
     """A DraftContext's sequence seq_id."""
 
+    ctx: DraftContext
     is_draft = True
 
     vocab_size = _from_ctx("vocab_size")

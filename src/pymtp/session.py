@@ -15,6 +15,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from . import default_model
 from .config import SamplingConfig, SpecConfig
@@ -80,10 +81,22 @@ class Session:
     (model "org/repo"; pymtp.hub).
     """
 
-    def __init__(self, model: Model | str | os.PathLike | None, *, n_ctx: int | None = None,
-                 n_threads: int | None = None, mtp: bool = True, n_gpu_layers: int = -1,
-                 cache_mb: int | None = None, rpc_servers=None, tensor_split=None, mtp_local: bool = True,
-                 rpc_timeout: float | None = None, file: str | None = None, revision: str | None = None) -> None:
+    def __init__(
+        self,
+        model: Model | str | os.PathLike[str] | None,
+        *,
+        n_ctx: int | None = None,
+        n_threads: int | None = None,
+        mtp: bool = True,
+        n_gpu_layers: int = -1,
+        cache_mb: int | None = None,
+        rpc_servers: list[str] | None = None,
+        tensor_split: list[float] | None = None,
+        mtp_local: bool = True,
+        rpc_timeout: float | None = None,
+        file: str | None = None,
+        revision: str | None = None,
+    ) -> None:
         if cache_mb is not None and (not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 0):
             raise ValueError(f"cache_mb must be an int >= 0, got {cache_mb!r}")
         if n_ctx is not None and (not isinstance(n_ctx, int) or isinstance(n_ctx, bool) or n_ctx < 8):
@@ -91,20 +104,27 @@ class Session:
         if n_threads is not None and (not isinstance(n_threads, int) or isinstance(n_threads, bool) or n_threads < 1):
             raise ValueError(f"n_threads must be a positive int, got {n_threads!r}")
         self.owns_model = not isinstance(model, Model)
-        if self.owns_model:
-            model = Model(default_model.resolve(model, file, revision), mtp=mtp, n_gpu_layers=n_gpu_layers, rpc_servers=rpc_servers,
-                          tensor_split=tensor_split, mtp_local=mtp_local, rpc_timeout=rpc_timeout)
+        if not isinstance(model, Model):
+            model = Model(
+                default_model.resolve(model, file, revision),
+                mtp=mtp,
+                n_gpu_layers=n_gpu_layers,
+                rpc_servers=rpc_servers,
+                tensor_split=tensor_split,
+                mtp_local=mtp_local,
+                rpc_timeout=rpc_timeout,
+            )
         elif rpc_servers or tensor_split:
             raise ValueError("rpc_servers and tensor_split apply when the session loads the model (give a path)")
         self.model: Model = model
         self.lock = model.lock
         self.n_ctx = n_ctx or default_n_ctx(model)
         self.n_threads = n_threads
-        self.generation = 0            # bumped by every new generation: paused streams notice
+        self.generation = 0  # bumped by every new generation: paused streams notice
         self._target: TargetContext | None = None
         self._draft: DraftContext | None = None
-        self._speculator: MTPSpeculator | None = None     # the last one: its caches can be reused
-        self._speculator_kind: str | None = None          # its drafter: "mtp", "lookup", None
+        self._speculator: MTPSpeculator | None = None  # the last one: its caches can be reused
+        self._speculator_kind: str | None = None  # its drafter: "mtp", "lookup", None
         if cache_mb is None:
             env = os.environ.get("PYMTP_PROMPT_CACHE_MB")
             cache_bytes = int(env) << 20 if env else PROMPT_CACHE_BYTES
@@ -123,8 +143,9 @@ class Session:
             raise InvalidHandleError("this session is closed")
         if self._target is None or self._target.closed or (self._draft is not None and self._draft.closed):
             self._close_contexts()
-            self._target = TargetContext(self.model, n_ctx=self.n_ctx, n_batch=512,
-                                         n_rs_seq=n_rs_seq_for(self.model), n_threads=self.n_threads)
+            self._target = TargetContext(
+                self.model, n_ctx=self.n_ctx, n_batch=512, n_rs_seq=n_rs_seq_for(self.model), n_threads=self.n_threads
+            )
             self._draft = DraftContext(self._target, n_threads=self.n_threads) if self.model.mtp_loaded else None
         return self._target, self._draft
 
@@ -149,7 +170,7 @@ class Session:
                 last.sampling = sampling
             return last
         if last is not None and last.target is target:
-            last.stash()                 # its text stays reachable when that kind comes back
+            last.stash()  # its text stays reachable when that kind comes back
         drafter = make_drafter(kind, self.model, draft)
         self._speculator = MTPSpeculator(target, drafter, sampling, spec or SpecConfig())
         self._speculator.cache = self.prompt_cache
@@ -158,12 +179,19 @@ class Session:
 
     # ---- saved texts on disk -----------------------------------------------------------------
 
-    def _model_facts(self) -> dict:
+    def _model_facts(self) -> dict[str, Any]:
         m = self.model
-        return {"file": m.path.name, "size": m.path.stat().st_size, "architecture": m.architecture,
-                "n_vocab": m.n_vocab, "n_embd": m.n_embd, "n_layer": m.n_layer, "mtp": m.mtp_loaded}
+        return {
+            "file": m.path.name,
+            "size": m.path.stat().st_size,
+            "architecture": m.architecture,
+            "n_vocab": m.n_vocab,
+            "n_embd": m.n_embd,
+            "n_layer": m.n_layer,
+            "mtp": m.mtp_loaded,
+        }
 
-    def save_state(self, path: str | os.PathLike) -> Path:
+    def save_state(self, path: str | os.PathLike[str]) -> Path:
         """Write the cache of the last generation's text (prompt and output) to a file, so that a
         process started later resumes that conversation without reading it again
         (load_state). Returns the path."""
@@ -173,7 +201,7 @@ class Session:
                 raise UnsupportedError("nothing to save: this session has generated nothing yet")
             return write_text(path, spec.save(), self._model_facts())
 
-    def load_state(self, path: str | os.PathLike) -> int:
+    def load_state(self, path: str | os.PathLike[str]) -> int:
         """Read a file from save_state() into this session's prompt cache: the next prompt
         that shares its text (with the same kind of drafter) decodes only the rest. The file
         must come from the same model file. Returns the positions it holds."""
@@ -181,8 +209,10 @@ class Session:
             self._ensure_contexts()
             text = read_text(path, self._model_facts(), self.n_ctx)
             if self.prompt_cache.max_bytes < text.nbytes:
-                raise ValueError(f"{path} holds {text.nbytes >> 20} MB of cache; this session keeps at most "
-                                 f"{self.prompt_cache.max_bytes >> 20} MB (Session(cache_mb=...))")
+                raise ValueError(
+                    f"{path} holds {text.nbytes >> 20} MB of cache; this session keeps at most "
+                    f"{self.prompt_cache.max_bytes >> 20} MB (Session(cache_mb=...))"
+                )
             self.prompt_cache.put(text, self.model.is_recurrent)
             return text.n_past
 
@@ -206,8 +236,9 @@ class Session:
     def chat_template(self, name: str | None = None) -> str | None:
         return self.model.chat_template(name)
 
-    def apply_chat_template(self, messages: Sequence[dict], *, add_assistant: bool = True,
-                            template: str | None = None) -> str:
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, Any]], *, add_assistant: bool = True, template: str | None = None
+    ) -> str:
         return self.model.apply_chat_template(messages, add_assistant=add_assistant, template=template)
 
     path = _from_model("path", Path)
@@ -258,7 +289,7 @@ class Session:
                 ctx.close()
         self._target = self._draft = None
         self._speculator = None
-        self.prompt_cache.clear()        # saved texts are only good for contexts like these
+        self.prompt_cache.clear()  # saved texts are only good for contexts like these
 
     def close(self) -> None:
         """Free the contexts (and the model, when the session loaded it)."""
@@ -271,14 +302,14 @@ class Session:
     def __enter__(self) -> Session:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
         return f"Session({self.model.path.name!r}, n_ctx={self.n_ctx}, closed={self.closed})"
 
 
-def as_session(model: Session | Model | str | Path | None) -> tuple[Session, bool]:
+def as_session(model: Session | Model | str | os.PathLike[str] | None) -> tuple[Session, bool]:
     """The session to generate with, and whether the caller made it (and closes it after).
 
     A Session is used as is; a Model gets a session of its own for this call; a path or
@@ -294,10 +325,10 @@ def as_session(model: Session | Model | str | Path | None) -> tuple[Session, boo
 #: Sessions of models given by path or name, most recent last. One that falls out is
 #: only dropped: it is freed once no stream still holds it.
 PATH_CACHE_SIZE = 2
-_by_path: OrderedDict[tuple, Session] = OrderedDict()
+_by_path: OrderedDict[tuple[Any, ...], Session] = OrderedDict()
 
 
-def session_for_path(path: str | os.PathLike | None) -> Session:
+def session_for_path(path: str | os.PathLike[str] | None) -> Session:
     """The shared session of a GGUF path or model name (None: the default model), loaded on
     first use; a file changed on disk since is loaded again."""
     file = default_model.resolve(path)
@@ -305,7 +336,7 @@ def session_for_path(path: str | os.PathLike | None) -> Session:
         st = file.stat()
         key = (str(file.resolve()), st.st_mtime_ns, st.st_size)
     except OSError:
-        return Session(file)            # Session raises the clear "not found" error
+        return Session(file)  # Session raises the clear "not found" error
     s = _by_path.get(key)
     if s is None or s.closed:
         s = _by_path[key] = Session(file)

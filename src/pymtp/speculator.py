@@ -36,6 +36,9 @@ from __future__ import annotations
 
 import enum
 import time
+from typing import cast
+
+import numpy as np
 
 from . import engine
 from .config import SamplingConfig, SpecConfig
@@ -43,7 +46,7 @@ from .constraint_state import ConstraintState
 from .drafter import Draft, Drafter
 from .errors import PymtpError, UnsupportedError
 from .model import DraftContext, TargetContext, last_row_only
-from .mtp_drafter import MTPDrafter
+from .mtp_drafter import HeadState, MTPDrafter
 from .policy import make_policy
 from .prompt_cache import PromptCache, PromptMark, SavedText, usable_prefix
 from .rollback import rollback_for
@@ -69,48 +72,69 @@ class MTPSpeculator:
     decoding. See the module docstring for the state machine.
     """
 
-    def __init__(self, target: TargetContext, draft: DraftContext | Drafter | None = None,
-                 sampling: SamplingConfig | None = None, spec: SpecConfig | None = None, *,
-                 batch_rows: int = 0) -> None:
+    def __init__(
+        self,
+        target: TargetContext,
+        draft: DraftContext | Drafter | None = None,
+        sampling: SamplingConfig | None = None,
+        spec: SpecConfig | None = None,
+        *,
+        batch_rows: int = 0,
+    ) -> None:
         self.target = target
-        self.batch_rows = batch_rows     # in a Batch: the most verify rows of all its sequences (costs shared)
+        self.batch_rows = batch_rows  # in a Batch: the most verify rows of all its sequences (costs shared)
         self.model = target.model
         # The MTP head's context, or any Drafter (prompt lookup, your own); None: plain decoding
         self.drafter = MTPDrafter(draft) if isinstance(draft, DraftContext) else draft
         self.sampling = sampling or SamplingConfig()
-        self.sampler: Sampler | None = None
-        self.constraint: ConstraintState | None = None     # the text's constraint while it generates
-        self.logprobs, self.top_logprobs = False, 0        # what each verify reports besides the tokens
+        self.constraint: ConstraintState | None = None  # the text's constraint while it generates
+        self.logprobs, self.top_logprobs = False, 0  # what each verify reports besides the tokens
         self.configure(spec or SpecConfig())
         self.tokens: list[int] = []
         self.n_past = 0
         self.stats = SpecStats()
         self.state = State.IDLE
-        self._writes = (-1, -1)          # the contexts' write counts when this speculator left them
-        self._mark: PromptMark | None = None   # hybrids: the recurrent state at the end of the prompt
+        self._writes = (-1, -1)  # the contexts' write counts when this speculator left them
+        self._mark: PromptMark | None = None  # hybrids: the recurrent state at the end of the prompt
         self.cache: PromptCache | None = None  # saved texts of other conversations (a Session's)
 
     def configure(self, spec: SpecConfig) -> None:
         """Use these speculation settings from the next start() on."""
         self.spec = spec
         if self.drafter:
-            self.drafter.configure(spec)              # first: it may change max_draft
+            self.drafter.configure(spec)  # first: it may change max_draft
         n_max = min(spec.n_draft, self.drafter.max_draft) if self.drafter else 0
         self.n_max_draft = n_max
-        self.policy = make_policy(spec, n_max, model=self.model, shared=self.batch_rows > 0,
-                                  max_rows=self.batch_rows or n_max + 1,
-                                  greedy=self.sampling.greedy) if self.drafter else None
+        self.policy = (
+            make_policy(
+                spec,
+                n_max,
+                model=self.model,
+                shared=self.batch_rows > 0,
+                max_rows=self.batch_rows or n_max + 1,
+                greedy=self.sampling.greedy,
+            )
+            if self.drafter
+            else None
+        )
         self.rollback = rollback_for(self.target, n_max)
-        if self.drafter:
-            self.drafter.verify_cost = self.policy.verify_cost     # for drafters that weigh costs
-        if self.sampler is None or self.sampler.n_slots < n_max + 1:
+        if self.drafter and self.policy is not None:
+            self.drafter.verify_cost = self.policy.verify_cost  # for drafters that weigh costs
+        sampler: Sampler | None = getattr(self, "sampler", None)  # None: the first configure() (__init__)
+        if sampler is None or sampler.n_slots < n_max + 1:
             self.sampler = Sampler(self.sampling, n_slots=n_max + 1, n_vocab=self.model.n_vocab)  # q per position
 
     # ---- prefill ----------------------------------------------------------------------------
 
-    def start(self, prompt: list[int], sampling: SamplingConfig | None = None,
-              constraint: TokenConstraint | None = None, logits_processor: LogitsProcessor | None = None,
-              logprobs: bool = False, top_logprobs: int = 0) -> None:
+    def start(
+        self,
+        prompt: list[int],
+        sampling: SamplingConfig | None = None,
+        constraint: TokenConstraint | None = None,
+        logits_processor: LogitsProcessor | None = None,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+    ) -> None:
         """Begin a generation: prefill the prompt, reusing the cached prefix it shares with the
         text in the KV caches (see ``reusable_prefix``); the rest is decoded from there.
         constraint: masks every generated token (pymtp.grammar); logits_processor: changes every
@@ -123,34 +147,37 @@ class MTPSpeculator:
         if not isinstance(top_logprobs, int) or isinstance(top_logprobs, bool) or not 0 <= top_logprobs <= 20:
             raise ValueError(f"top_logprobs must be an int in [0, 20], got {top_logprobs!r}")
         if len(prompt) >= self.target.n_ctx:
-            raise ValueError(f"the prompt ({len(prompt)} tokens) does not fit the context "
-                             f"(n_ctx={self.target.n_ctx}); leave room for at least one new token")
+            raise ValueError(
+                f"the prompt ({len(prompt)} tokens) does not fit the context "
+                f"(n_ctx={self.target.n_ctx}); leave room for at least one new token"
+            )
         if sampling is not None:
             self.sampling = sampling
-        self.configure(self.spec)        # a fresh policy, and a rollback with no mark of an earlier text
-        self.sampler.configure(self.sampling, logits_processor)      # and a fresh RNG from the seed
-        self.constraint = (None if constraint is None else
-                           ConstraintState(constraint, self.model.n_vocab, self.sampler.n_slots))
+        self.configure(self.spec)  # a fresh policy, and a rollback with no mark of an earlier text
+        self.sampler.configure(self.sampling, logits_processor)  # and a fresh RNG from the seed
+        self.constraint = (
+            None if constraint is None else ConstraintState(constraint, self.model.n_vocab, self.sampler.n_slots)
+        )
         self.logprobs, self.top_logprobs = logprobs or top_logprobs > 0, top_logprobs
         self.stats = SpecStats(n_prompt=len(prompt), draft_vocab=self.drafter.vocab_size if self.drafter else 0)
         t0 = time.perf_counter()
         keep, why = self._choose_text(prompt)
-        self.state = State.IDLE          # until the prefill succeeds
+        self.state = State.IDLE  # until the prefill succeeds
         prompt = list(prompt)
         body = prompt[:-1]
         if self._mark is not None and keep == self._mark.n < self.n_past:
-            self._resume_at_mark()       # a hybrid back at the end of its last prompt
+            self._resume_at_mark()  # a hybrid back at the end of its last prompt
         if keep == self.n_past and keep > 0:
-            p0 = keep                    # the prompt extends the cached text: decode the rest
+            p0 = keep  # the prompt extends the cached text: decode the rest
         else:
-            self._mark = None            # a new text, or one cut before its last prompt's end
+            self._mark = None  # a new text, or one cut before its last prompt's end
             # Cut both caches back. The head at position p pairs x(p) with the target's
             # hidden row of p-1, so the target re-decodes one kept position to hand that
             # row over (only positions the draft KV already holds are kept).
             p0 = self.drafter.truncate(keep) if self.drafter else keep
             if self.drafter and self.drafter.wants_hidden:
                 p0 = max(0, p0 - 1)
-            self.target.seq_rm(p0)       # a recurrent target gets here only with p0 == 0
+            self.target.seq_rm(p0)  # a recurrent target gets here only with p0 == 0
             if self.drafter and p0 == 0:
                 self.drafter.reset()
         self.tokens = prompt
@@ -161,8 +188,7 @@ class MTPSpeculator:
         if self.model.is_recurrent and p0 < len(body):
             # the recurrent state exists here now and nowhere else: keep a copy for a later
             # prompt that shares this one but not what is generated next
-            self._mark = PromptMark(self.n_past, self.target.get_state(partial=True),
-                                    self.drafter.save() if self.drafter else None)
+            self._mark = PromptMark(self.n_past, self.target.get_state(partial=True), self._head_state())
         self.stats.t_prefill = time.perf_counter() - t0
         self.state = State.READY
         self._remember_writes()
@@ -171,14 +197,18 @@ class MTPSpeculator:
         """Decode body[p0:] at positions p0.. in batches (and hand the rows to the head)."""
         step = self.target.n_batch
         for c0 in range(p0, len(body), step):
-            chunk = body[c0:c0 + step]
+            chunk = body[c0 : c0 + step]
             # no logits needed but the last row's: hidden rows come anyway
             self.target.decode(chunk, c0, output=last_row_only(len(chunk)))
             if hand_off and self.drafter:
                 self.drafter.observe(chunk, c0, self._hidden())
 
-    def _hidden(self):
-        return self.target.hidden() if self.drafter.wants_hidden else None
+    def _hidden(self) -> np.ndarray | None:
+        return self.target.hidden() if self.drafter is not None and self.drafter.wants_hidden else None
+
+    def _head_state(self) -> HeadState | None:
+        """The drafter's state to keep with a text (an MTP head's; others keep none)."""
+        return cast("HeadState | None", self.drafter.save()) if self.drafter else None
 
     def reusable_prefix(self, prompt: list[int]) -> tuple[int, str]:
         """How many leading positions of the target KV a new prompt can keep, and why not
@@ -186,8 +216,9 @@ class MTPSpeculator:
         counts: any other write to either context since makes the whole cache unusable."""
         if not self._live():
             return 0, "no cached text" if not self.tokens else "the contexts were used by something else"
-        return usable_prefix(self.tokens, self.n_past, self._mark, self.model.is_recurrent, prompt,
-                             self.target.min_cut())
+        return usable_prefix(
+            self.tokens, self.n_past, self._mark, self.model.is_recurrent, prompt, self.target.min_cut()
+        )
 
     def _live(self) -> bool:
         """Whether the contexts hold this speculator's text, as it left them."""
@@ -203,10 +234,16 @@ class MTPSpeculator:
         use the contexts meanwhile)."""
         if not self._live():
             raise UnsupportedError("no live text to save: start a generation first")
-        text = SavedText(list(self.tokens), self.n_past, self.target.get_state(),
-                         self.drafter.save() if self.drafter else None, self._drafter_kind(), self._mark,
-                         self._saved_min_cut())
-        self._remember_writes()          # the head's queue was fed
+        text = SavedText(
+            list(self.tokens),
+            self.n_past,
+            self.target.get_state(),
+            self._head_state(),
+            self._drafter_kind(),
+            self._mark,
+            self._saved_min_cut(),
+        )
+        self._remember_writes()  # the head's queue was fed
         return text
 
     def _saved_min_cut(self) -> int:
@@ -218,15 +255,17 @@ class MTPSpeculator:
     def restore(self, text: SavedText) -> None:
         """Make a saved text the live one (its caches replace the contexts' contents)."""
         if text.drafter != self._drafter_kind():
-            raise UnsupportedError(f"this text was saved by a speculator drafting with {text.drafter or 'nothing'}, "
-                                   f"this one drafts with {self._drafter_kind() or 'nothing'}")
-        self.state = State.IDLE          # until both contexts hold it
+            raise UnsupportedError(
+                f"this text was saved by a speculator drafting with {text.drafter or 'nothing'}, "
+                f"this one drafts with {self._drafter_kind() or 'nothing'}"
+            )
+        self.state = State.IDLE  # until both contexts hold it
         self.tokens, self.n_past, self._mark = [], 0, None
         if self.drafter:
             self.drafter.load(text.head)
         self.target.set_state(text.target)
         self.tokens, self.n_past, self._mark = list(text.tokens), text.n_past, text.mark
-        self.configure(self.spec)        # no rollback mark of the text that was live
+        self.configure(self.spec)  # no rollback mark of the text that was live
         self.state = State.READY
         self._remember_writes()
 
@@ -234,11 +273,12 @@ class MTPSpeculator:
         """Roll a hybrid back to the end of its last prompt (the recurrent snapshot, the
         attention KV cut there, the head as it was)."""
         mark = self._mark
+        assert mark is not None  # called when a prompt left one
         self.target.set_state(mark.recurrent, partial=True)
         self.target.seq_rm(mark.n)
         if self.drafter:
             self.drafter.load(mark.head)
-        self.tokens, self.n_past = self.tokens[:mark.n + 1], mark.n
+        self.tokens, self.n_past = self.tokens[: mark.n + 1], mark.n
 
     def _choose_text(self, prompt: list[int]) -> tuple[int, str]:
         """Reuse the live text or a saved one, whichever the prompt shares more with; the
@@ -247,14 +287,14 @@ class MTPSpeculator:
         if self.cache is None:
             return keep, why
         key, n = self.cache.best(prompt, self._drafter_kind(), self.model.is_recurrent)
-        if key is not None and n > max(keep, 1):     # (a cut at 1 keeps nothing: the hand-off re-decodes it)
+        if key is not None and n > max(keep, 1):  # (a cut at 1 keeps nothing: the hand-off re-decodes it)
             text = self.cache.take(key)  # before the stash: the live text may cover it
             self.stash()
             self.restore(text)
             keep, why = self.reusable_prefix(prompt)
             self.stats.reused_saved = True
         elif self.n_past - keep >= min(STASH_MIN_LOST, (self.n_past + 1) // 2):
-            if not self.stash():         # the cut loses a good part of the live text: keep it
+            if not self.stash():  # the cut loses a good part of the live text: keep it
                 return 0, "the live text could not be saved"
         return keep, why
 
@@ -308,19 +348,27 @@ class MTPSpeculator:
             limit = min(limit, max_new - 1)
         return max(0, min(k, limit))
 
-    def settle(self, draft: Draft, logits, hidden, t0: float, t1: float, t2: float) -> StepResult:
+    def settle(
+        self, draft: Draft, logits: np.ndarray, hidden: np.ndarray | None, t0: float, t1: float, t2: float
+    ) -> StepResult:
         """The rest of a step once the target has verified [last, d1..dk] at n_past (logits and
         hidden: this sequence's rows of that decode): ACCEPT, HANDOFF, ROLLBACK, POLICY."""
         n_past = self.n_past
         # ACCEPT
         c = self.constraint
-        verdict = self.sampler.verify(logits, draft.tokens, draft.q, self.tokens,
-                                      masks=None if c is None else c.verify_masks(draft.tokens),
-                                      probs=self.logprobs, top=self.top_logprobs)
+        verdict = self.sampler.verify(
+            logits,
+            draft.tokens,
+            draft.q,
+            self.tokens,
+            masks=None if c is None else c.verify_masks(draft.tokens),
+            probs=self.logprobs,
+            top=self.top_logprobs,
+        )
         n_acc, new = verdict.n_accepted, verdict.token
         if c is not None:
             c.settle(n_acc, new)
-        accepted = [self.tokens[-1]] + draft.tokens[:n_acc]     # now part of the text, in the target KV
+        accepted = [self.tokens[-1]] + draft.tokens[:n_acc]  # now part of the text, in the target KV
         # HANDOFF (the drafter copies the rows: views die with the next decode)
         if self.drafter:
             self.drafter.observe(accepted, n_past, hidden)
@@ -339,11 +387,24 @@ class MTPSpeculator:
             self.stats.cooldown_steps = self.policy.cooldown_steps_taken
             if self.policy.trace:
                 self.stats.record_choice(self.policy.trace[-1])
-        source = (self.drafter.last_source or type(self.drafter).__name__) if draft.tokens else ""
+        source = (
+            (self.drafter.last_source or type(self.drafter).__name__)
+            if draft.tokens and self.drafter is not None
+            else ""
+        )  # drafts come from a drafter
         if self.drafter:
             self.drafter.accepted(len(draft.tokens), n_acc)
-        result = StepResult(draft.tokens, n_acc, emitted, t_draft, t_verify, time.perf_counter() - t0, source,
-                            verdict.probs, verdict.top)
+        result = StepResult(
+            draft.tokens,
+            n_acc,
+            emitted,
+            t_draft,
+            t_verify,
+            time.perf_counter() - t0,
+            source,
+            verdict.probs,
+            verdict.top,
+        )
         self.stats.record(result)
         self._remember_writes()
         return result

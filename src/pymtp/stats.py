@@ -7,6 +7,10 @@ Jupyter; nothing here imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .policy import Choice
 
 
 @dataclass
@@ -15,13 +19,13 @@ class StepResult:
 
     drafted: list[int]
     n_accepted: int
-    emitted: list[int]        # accepted drafts + the target's own token
-    t_draft: float            # seconds proposing (draft-head decodes and token choice)
-    t_verify: float           # seconds in the target decode and rollback (native)
+    emitted: list[int]  # accepted drafts + the target's own token
+    t_draft: float  # seconds proposing (draft-head decodes and token choice)
+    t_verify: float  # seconds in the target decode and rollback (native)
     t_total: float
-    source: str = ""          # which drafter proposed ("mtp", "lookup"; "" for a plain step)
-    probs: list[float] | None = None   # the target's probability of each emitted token (logprobs=True)
-    top: list[list[tuple[int, float]]] | None = None   # the likeliest tokens of each (top_logprobs=n)
+    source: str = ""  # which drafter proposed ("mtp", "lookup"; "" for a plain step)
+    probs: list[float] | None = None  # the target's probability of each emitted token (logprobs=True)
+    top: list[list[tuple[int, float]]] | None = None  # the likeliest tokens of each (top_logprobs=n)
 
 
 @dataclass
@@ -38,20 +42,20 @@ class SpecStats:
     t_prefill: float = 0.0
     t_draft: float = 0.0
     t_verify: float = 0.0
-    t_total: float = 0.0            # wall time of the steps (prefill excluded)
+    t_total: float = 0.0  # wall time of the steps (prefill excluded)
     cooldown_steps: int = 0
-    n_reused: int = 0               # prompt positions taken from the cache, not decoded again
-    reuse_miss: str = ""            # why more of the prompt could not be reused ("" = all it shared)
-    reused_saved: bool = False      # the reused cache was a saved text (another conversation's)
-    draft_vocab: int = 0            # tokens the MTP head scored (a trimmed draft vocabulary; 0 = all)
-    by_source: dict = field(default_factory=dict)   # drafter -> (drafted, accepted) tokens
+    n_reused: int = 0  # prompt positions taken from the cache, not decoded again
+    reuse_miss: str = ""  # why more of the prompt could not be reused ("" = all it shared)
+    reused_saved: bool = False  # the reused cache was a saved text (another conversation's)
+    draft_vocab: int = 0  # tokens the MTP head scored (a trimmed draft vocabulary; 0 = all)
+    by_source: dict[str, tuple[int, int]] = field(default_factory=dict)  # drafter -> (drafted, accepted) tokens
     # the auto policy (pymtp.policy), step by step: the draft length it chose (probes included),
     # and its predicted and the measured tokens per second of that step
     k_chosen: list[int] = field(default_factory=list)
     tps_predicted: list[float] = field(default_factory=list)
     tps_measured: list[float] = field(default_factory=list)
 
-    def record_choice(self, choice) -> None:
+    def record_choice(self, choice: Choice) -> None:
         """A pymtp.policy.Choice of the step just recorded."""
         self.k_chosen.append(choice.k)
         self.tps_predicted.append(choice.predicted_tps)
@@ -112,10 +116,10 @@ class GenerationResult:
     text: str
     tokens: list[int]
     prompt_tokens: list[int]
-    finish_reason: str           # "stop" (end-of-generation token or stop string), "length", "context"
+    finish_reason: str  # "stop" (end-of-generation token or stop string), "length", "context"
     stats: SpecStats
-    logprobs: list[float] | None = None   # log p of each token under the sampling settings (logprobs=True)
-    top_logprobs: list[list[tuple[int, float]]] | None = None   # per token: its row's n likeliest (token, log p)
+    logprobs: list[float] | None = None  # log p of each token under the sampling settings (logprobs=True)
+    top_logprobs: list[list[tuple[int, float]]] | None = None  # per token: its row's n likeliest (token, log p)
 
     def __str__(self) -> str:
         return self.text

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
 
 __all__ = ["render", "render_chat", "template_messages", "tool_prompt", "uses_jinja", "template_mentions_tools"]
 
@@ -42,7 +43,9 @@ def _jinja():
 
 def uses_jinja(template: str | None) -> bool:
     """Whether a template is Jinja text (rather than a llama.cpp built-in name) and jinja2 is here."""
-    return bool(template) and ("{{" in template or "{%" in template) and _jinja() is not None
+    if not template:
+        return False
+    return ("{{" in template or "{%" in template) and _jinja() is not None
 
 
 def template_mentions_tools(template: str) -> bool:
@@ -55,10 +58,12 @@ def _compile(template: str):
     jinja2 = _jinja()
     if jinja2 is None:
         raise ImportError("Jinja chat templates need jinja2: pip install 'pymtp-llm[templates]'")
+    from jinja2.ext import Extension
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    class _Generation(jinja2.ext.Extension):
+    class _Generation(Extension):
         """``{% generation %}...{% endgeneration %}`` (HF's assistant-mask tags): the body as is."""
+
         tags = {"generation"}
 
         def parse(self, parser):
@@ -75,8 +80,9 @@ def _compile(template: str):
     def strftime_now(fmt):
         return datetime.now().strftime(fmt)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[_Generation, jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols]
+    )
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
@@ -136,17 +142,32 @@ def template_messages(messages: str | dict | Iterable[dict]) -> list[dict[str, A
     return out
 
 
-def render(template: str, messages, *, tools: list[dict] | None = None, tool_choice: Any = None,
-           add_generation_prompt: bool = True, bos_token: str = "", eos_token: str = "", **extra) -> str:
+def render(
+    template: str,
+    messages,
+    *,
+    tools: list[dict] | None = None,
+    tool_choice: Any = None,
+    add_generation_prompt: bool = True,
+    bos_token: str = "",
+    eos_token: str = "",
+    **extra,
+) -> str:
     """Render a Jinja chat template as Hugging Face's apply_chat_template(tokenize=False) does.
 
     A template's raise_exception and Jinja errors become ValueError."""
     jinja2 = _jinja()
     t = _compile(template)
     try:
-        return t.render(messages=template_messages(messages), tools=tools or None, tool_choice=tool_choice,
-                        add_generation_prompt=add_generation_prompt, bos_token=bos_token, eos_token=eos_token,
-                        **extra)
+        return t.render(
+            messages=template_messages(messages),
+            tools=tools or None,
+            tool_choice=tool_choice,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=bos_token,
+            eos_token=eos_token,
+            **extra,
+        )
     except jinja2.exceptions.TemplateError as e:
         raise ValueError(f"the chat template refused the messages: {e}") from None
 
@@ -155,13 +176,24 @@ def tool_prompt(tools: list[dict], tool_choice: Any = None) -> str:
     """Hermes-style tool instructions (Qwen2.5's and NousResearch's wording) for a template
     without a tool format: the tools as JSON in <tools></tools>, calls as JSON in
     <tool_call></tool_call> tags (pymtp.tools parses them back)."""
-    lines = ["# Tools", "", "You may call one or more functions to assist with the user query.", "",
-             "You are provided with function signatures within <tools></tools> XML tags:", "<tools>"]
+    lines = [
+        "# Tools",
+        "",
+        "You may call one or more functions to assist with the user query.",
+        "",
+        "You are provided with function signatures within <tools></tools> XML tags:",
+        "<tools>",
+    ]
     lines += [json.dumps(t, ensure_ascii=False) for t in tools]
-    lines += ["</tools>", "",
-              "For each function call, return a json object with function name and arguments within "
-              "<tool_call></tool_call> XML tags:",
-              "<tool_call>", '{"name": <function-name>, "arguments": <args-json-object>}', "</tool_call>"]
+    lines += [
+        "</tools>",
+        "",
+        "For each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:",
+        "<tool_call>",
+        '{"name": <function-name>, "arguments": <args-json-object>}',
+        "</tool_call>",
+    ]
     name = _forced_name(tool_choice)
     if name:
         lines += ["", f"You must call the function {name!r} now."]
@@ -189,8 +221,11 @@ def _with_tool_prompt(messages: list[dict], tools, tool_choice) -> list[dict]:
             calls = []
             for c in m["tool_calls"]:
                 fn = c.get("function", c)
-                calls.append("<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments")},
-                                                          ensure_ascii=False) + "\n</tool_call>")
+                calls.append(
+                    "<tool_call>\n"
+                    + json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments")}, ensure_ascii=False)
+                    + "\n</tool_call>"
+                )
             m["content"] = "\n".join(([m["content"]] if m.get("content") else []) + calls)
             del m["tool_calls"]
         elif m["role"] == "tool":
@@ -209,9 +244,17 @@ def _special_text(model, token: int | None) -> str:
     return model.token_bytes(token, render_special=True).decode("utf-8", "replace")
 
 
-def render_chat(model, messages, *, template: str | None = None, tools: list[dict] | None = None,
-                tool_choice: Any = None, add_generation_prompt: bool = True, jinja: bool | None = None,
-                **extra) -> str:
+def render_chat(
+    model,
+    messages,
+    *,
+    template: str | None = None,
+    tools: list[dict] | None = None,
+    tool_choice: Any = None,
+    add_generation_prompt: bool = True,
+    jinja: bool | None = None,
+    **extra,
+) -> str:
     """The prompt text for messages, from template (a Jinja text or a llama.cpp built-in name;
     default: the GGUF's own template).
 
@@ -227,14 +270,24 @@ def render_chat(model, messages, *, template: str | None = None, tools: list[dic
     is_jinja = bool(text) and ("{{" in text or "{%" in text)
     use = is_jinja and (jinja if jinja is not None else _jinja() is not None)
     if jinja and not is_jinja:
-        raise ValueError("jinja=True needs a Jinja template text; this one is "
-                         + ("missing" if not text else f"a built-in name ({text!r})"))
+        raise ValueError(
+            "jinja=True needs a Jinja template text; this one is "
+            + ("missing" if not text else f"a built-in name ({text!r})")
+        )
     if tools and not (use and template_mentions_tools(text)):
         msgs = _with_tool_prompt(msgs, tools, tool_choice)
         tools = None
     if use:
-        return render(text, msgs, tools=tools, tool_choice=tool_choice, add_generation_prompt=add_generation_prompt,
-                      bos_token=_special_text(model, model.bos), eos_token=_special_text(model, model.eos), **extra)
+        return render(
+            text,
+            msgs,
+            tools=tools,
+            tool_choice=tool_choice,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=_special_text(model, model.bos),
+            eos_token=_special_text(model, model.eos),
+            **extra,
+        )
     if any(m.get("tool_calls") for m in msgs):
         raise ValueError("tool calls in messages need tools= (or a Jinja template)")
     flat = [{"role": m["role"], "content": m["content"] or ""} for m in msgs]

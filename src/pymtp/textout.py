@@ -26,8 +26,15 @@ class TextOutput:
     """Feed it each StepResult (``take``); it says what text is safe to show and when the
     generation is finished (``finish``: "stop", "length" or "context"; None while running)."""
 
-    def __init__(self, vocab: Vocabulary, limits: GenerationConfig, *, logprobs: bool = False, top_logprobs: int = 0,
-                 constraint=None) -> None:
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        limits: GenerationConfig,
+        *,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+        constraint=None,
+    ) -> None:
         self.vocab = vocab
         self.limits = limits
         self.logprobs = logprobs or top_logprobs > 0
@@ -35,13 +42,13 @@ class TextOutput:
         self.constraint = constraint
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._hold = max((len(s) for s in limits.stop), default=1) - 1
-        self.text = ""                   # all generated text so far
-        self.sent = 0                    # characters of text already handed out
+        self.text = ""  # all generated text so far
+        self.sent = 0  # characters of text already handed out
         self.tokens: list[int] = []
         self.token_logprobs: list[float] = []
         self.token_tops: list[list[tuple[int, float]]] = []
         self.finish: str | None = None
-        self._cut = None
+        self._cut: int | None = None
 
     def remaining(self) -> int:
         return self.limits.max_tokens - len(self.tokens)
@@ -62,14 +69,14 @@ class TextOutput:
             self.text += self._decoder.decode(self.vocab.piece(tok))
             self._cut = _find_stop(self.text, limits.stop, self.sent) if limits.stop else None
             if self._cut is not None:
-                self.text = self.text[:self._cut]
+                self.text = self.text[: self._cut]
                 self.finish = "stop"
                 break
             if len(self.tokens) >= limits.max_tokens:
                 self.finish = "length"
                 break
         if self.finish is None and self.constraint is not None and self.constraint.is_terminated():
-            self.finish = "stop"         # the constrained output is complete
+            self.finish = "stop"  # the constrained output is complete
         if self.finish is None and room < 1:
             self.finish = "context"
         return self.flush()
@@ -82,9 +89,9 @@ class TextOutput:
     def flush(self) -> str:
         if self.finish is not None and self._cut is None:
             self.text += self._decoder.decode(b"", final=True)
-            self._cut = len(self.text)   # decoded once
+            self._cut = len(self.text)  # decoded once
         safe = len(self.text) if self.finish is not None else max(self.sent, len(self.text) - self._hold)
-        piece = self.text[self.sent:safe] if safe > self.sent else ""
+        piece = self.text[self.sent : safe] if safe > self.sent else ""
         self.sent = max(self.sent, safe)
         return piece
 
@@ -96,9 +103,16 @@ class TextOutput:
         return list(zip(self.tokens[start:n], self.token_logprobs[start:n], tops))
 
     def result(self, prompt_tokens: list[int], stats: SpecStats) -> GenerationResult:
-        return GenerationResult(self.text, self.tokens, prompt_tokens, self.finish, stats,
-                                self.token_logprobs if self.logprobs else None,
-                                self.token_tops if self.top_logprobs else None)
+        assert self.finish is not None  # a result is made once the output finished
+        return GenerationResult(
+            self.text,
+            self.tokens,
+            prompt_tokens,
+            self.finish,
+            stats,
+            self.token_logprobs if self.logprobs else None,
+            self.token_tops if self.top_logprobs else None,
+        )
 
 
 def _find_stop(text: str, stops: tuple[str, ...], sent: int) -> int | None:

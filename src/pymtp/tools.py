@@ -11,7 +11,8 @@ Formats:
   describes the tools in a Hermes-style system message and the model answers in this format.
 * "glm45": GLM-4.5 / 4.6 / 4.7, ``<tool_call>name\\n<arg_key>k</arg_key>\\n<arg_value>v</arg_value>\\n...</tool_call>``
   (string values raw, others as JSON).
-* "qwen3_xml": Qwen3-Coder / Qwen3.5, ``<tool_call>\\n<function=name>\\n<parameter=k>\\nv\\n</parameter>\\n</function>\\n</tool_call>``.
+* "qwen3_xml": Qwen3-Coder / Qwen3.5,
+  ``<tool_call>\\n<function=name>\\n<parameter=k>\\nv\\n</parameter>\\n</function>\\n</tool_call>``.
 
 A call that does not parse (bad JSON, no name, a tool that is not offered) stays in the
 content as text; parsing never raises on model output.
@@ -49,6 +50,7 @@ def tool_format(template: str | None) -> str:
 @dataclass
 class ParsedReply:
     """A reply split into text content (None when there is none) and OpenAI tool calls."""
+
     content: str | None
     tool_calls: list[dict] = field(default_factory=list)
 
@@ -72,8 +74,11 @@ def _tool_schemas(tools) -> dict[str, dict] | None:
 
 
 def _call(name: str, args: dict) -> dict:
-    return {"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
-            "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}
+    return {
+        "id": "call_" + uuid.uuid4().hex[:24],
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
+    }
 
 
 def _is_string(schema: dict | None) -> bool:
@@ -155,7 +160,7 @@ def parse_tool_calls(text: str, fmt: str = "hermes", tools: list[dict] | None = 
     for m in _BLOCK.finditer(text):
         got = parse(m.group(1), schemas)
         if got is not None and (schemas is None or got[0] in schemas):
-            kept.append(text[pos:m.start()])
+            kept.append(text[pos : m.start()])
             calls.append(_call(*got))
             pos = m.end()
     kept.append(text[pos:])
@@ -164,6 +169,7 @@ def parse_tool_calls(text: str, fmt: str = "hermes", tools: list[dict] | None = 
 
 
 # ---- forcing a call ------------------------------------------------------------------------------
+
 
 def _function(tool: dict) -> tuple[str, dict]:
     fn = tool.get("function", tool) if isinstance(tool, dict) else None
@@ -178,8 +184,12 @@ def _function(tool: dict) -> tuple[str, dict]:
 def call_schema(tool: dict) -> dict:
     """The JSON schema of a Hermes call body: {"name": <the tool's name>, "arguments": <its parameters>}."""
     name, params = _function(tool)
-    return {"type": "object", "properties": {"name": {"const": name}, "arguments": params},
-            "required": ["name", "arguments"], "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {"name": {"const": name}, "arguments": params},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
 
 
 def _marker(text: str, model) -> str:

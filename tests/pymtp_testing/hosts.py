@@ -18,8 +18,8 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from pymtp.errors import ModelLoadError
 from pymtp.rpc import rpc_server_binary
@@ -196,8 +196,16 @@ class RPCServer:
     """A ggml-rpc-server process on this machine (prefix: a command to run it under, such as
     ``["ip", "netns", "exec", name]``). Stopped by its pid on close()."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int | None = None, *, threads: int = 1,
-                 prefix: Sequence[str] = (), binary: Path | None = None, startup_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        *,
+        threads: int = 1,
+        prefix: Sequence[str] = (),
+        binary: Path | None = None,
+        startup_timeout: float = 30.0,
+    ) -> None:
         self.host, self.port = host, port or free_port()
         self.endpoint = f"{host}:{self.port}"
         cmd = [*prefix, str(binary or rpc_server_binary()), "-H", host, "-p", str(self.port), "-t", str(threads)]

@@ -24,8 +24,19 @@ def reference_penalized(row, history=(), penalty=1.0, window=64, presence=0.0, f
     return x
 
 
-def reference_probs(row, history=(), temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, penalty=1.0, window=64,
-                    presence=0.0, frequency=0.0, bias=None):
+def reference_probs(
+    row,
+    history=(),
+    temperature=1.0,
+    top_k=0,
+    top_p=1.0,
+    min_p=0.0,
+    penalty=1.0,
+    window=64,
+    presence=0.0,
+    frequency=0.0,
+    bias=None,
+):
     """The documented transform, written out: bias, penalties, temperature, top-k, top-p, min-p."""
     x = reference_penalized(row, history, penalty, window, presence, frequency, bias)
     x = x / temperature
@@ -35,8 +46,8 @@ def reference_probs(row, history=(), temperature=1.0, top_k=0, top_p=1.0, min_p=
     p = softmax(x)
     if top_p < 1.0:
         order = np.argsort(-p, kind="stable")
-        before = np.concatenate([[0.0], np.cumsum(p[order])[:-1]])   # mass of the likelier tokens
-        p[order[before >= top_p]] = 0.0                               # the nucleus already reached top_p
+        before = np.concatenate([[0.0], np.cumsum(p[order])[:-1]])  # mass of the likelier tokens
+        p[order[before >= top_p]] = 0.0  # the nucleus already reached top_p
     if min_p > 0.0:
         p[p < min_p * p.max()] = 0.0
     return p / p.sum()

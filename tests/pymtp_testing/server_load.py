@@ -41,8 +41,10 @@ from .hosts import free_port
 
 __all__ = ["Case", "Load", "Outcome", "Report", "Server", "log_problems", "metric", "rss_bytes", "start_server"]
 
-LONG_TEXT = ("The quick brown fox jumps over the lazy dog while the committee reviews the quarterly report. "
-             "Meanwhile, in the server room, the fans hum and the logs scroll past without end. ")
+LONG_TEXT = (
+    "The quick brown fox jumps over the lazy dog while the committee reviews the quarterly report. "
+    "Meanwhile, in the server room, the fans hum and the logs scroll past without end. "
+)
 
 
 @dataclass
@@ -58,7 +60,7 @@ class Case:
     greedy: bool = False
     cancel: bool = False
     auth: bool = True
-    weight: int = 1          # how often it is drawn, relative to the others
+    weight: int = 1  # how often it is drawn, relative to the others
 
     @property
     def stream(self) -> bool:
@@ -76,7 +78,7 @@ class Outcome:
     texts: dict[int, str] | None = None
     seconds: float = 0.0
     retry_after: str | None = None
-    code: str | None = None                # the error body's code
+    code: str | None = None  # the error body's code
 
 
 @dataclass
@@ -112,21 +114,32 @@ class Report:
     def summary(self) -> str:
         cases = ", ".join(f"{k} {v}" for k, v in sorted(self.by_case.items()))
         rps = self.completed / self.seconds if self.seconds else 0.0
-        return (f"{self.requests} requests in {self.seconds:.1f} s: {self.completed} completed "
-                f"({rps:.2f}/s, p50 {self.percentile(50):.2f} s, p99 {self.percentile(99):.2f} s), "
-                f"{self.cancelled} cancelled, {self.rejected} refused (503, queue full), "
-                f"{self.expected_errors} expected errors (bad requests), "
-                f"{len(self.unexpected)} unexpected errors, {len(self.mismatches)} greedy mismatches, "
-                f"{self.hung} hung clients\n  by case: {cases}")
+        return (
+            f"{self.requests} requests in {self.seconds:.1f} s: {self.completed} completed "
+            f"({rps:.2f}/s, p50 {self.percentile(50):.2f} s, p99 {self.percentile(99):.2f} s), "
+            f"{self.cancelled} cancelled, {self.rejected} refused (503, queue full), "
+            f"{self.expected_errors} expected errors (bad requests), "
+            f"{len(self.unexpected)} unexpected errors, {len(self.mismatches)} greedy mismatches, "
+            f"{self.hung} hung clients\n  by case: {cases}"
+        )
 
 
 class Load:
     """Requests against the server at url (``http://host:port``). max_body: the server's body
     limit, for an oversized-body case (None: no such case)."""
 
-    def __init__(self, url: str, *, model: str | None = None, api_key: str | None = None,
-                 max_tokens: int = 24, long_repeats: int = 4, timeout: float = 120.0, chat: bool = True,
-                 max_body: int | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        max_tokens: int = 24,
+        long_repeats: int = 4,
+        timeout: float = 120.0,
+        chat: bool = True,
+        max_body: int | None = None,
+    ) -> None:
         u = urllib.parse.urlsplit(url)
         self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
         self.model, self.api_key, self.timeout = model, api_key, timeout
@@ -139,20 +152,63 @@ class Load:
         comp, chatp = "/v1/completions", "/v1/chat/completions"
         msgs = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Name three colours."}]
         cases = [
-            Case("short", comp, {**m, "prompt": "def add(a, b):", "max_tokens": max_tokens, "stream": True},
-                 greedy=True, weight=3),
-            Case("short-whole", comp, {**m, "prompt": "def add(a, b):", "max_tokens": max_tokens}, greedy=True, weight=2),
-            Case("long", comp, {**m, "prompt": long_prompt, "max_tokens": max_tokens, "stream": True}, greedy=True, weight=3),
-            Case("stop", comp, {**m, "prompt": "Once upon a time", "max_tokens": max_tokens, "stream": True,
-                                "stop": ["\n", "e "]}, greedy=True, weight=3),
-            Case("n3", comp, {**m, "prompt": "import os\n", "max_tokens": max_tokens // 2, "n": 3, "stream": True},
-                 greedy=True, weight=2),
-            Case("sampled", comp, {**m, "prompt": "Once upon a time", "max_tokens": max_tokens, "stream": True,
-                                   "temperature": 0.8, "seed": 5}, weight=2),
-            Case("cancel", comp, {**m, "prompt": long_prompt[:200], "max_tokens": 8 * max_tokens, "stream": True,
-                                  "ignore_eos": True}, cancel=True, weight=3),
-            Case("cancel-n3", comp, {**m, "prompt": "The cat", "max_tokens": 8 * max_tokens, "n": 3, "stream": True,
-                                     "ignore_eos": True}, cancel=True),
+            Case(
+                "short",
+                comp,
+                {**m, "prompt": "def add(a, b):", "max_tokens": max_tokens, "stream": True},
+                greedy=True,
+                weight=3,
+            ),
+            Case(
+                "short-whole", comp, {**m, "prompt": "def add(a, b):", "max_tokens": max_tokens}, greedy=True, weight=2
+            ),
+            Case(
+                "long",
+                comp,
+                {**m, "prompt": long_prompt, "max_tokens": max_tokens, "stream": True},
+                greedy=True,
+                weight=3,
+            ),
+            Case(
+                "stop",
+                comp,
+                {**m, "prompt": "Once upon a time", "max_tokens": max_tokens, "stream": True, "stop": ["\n", "e "]},
+                greedy=True,
+                weight=3,
+            ),
+            Case(
+                "n3",
+                comp,
+                {**m, "prompt": "import os\n", "max_tokens": max_tokens // 2, "n": 3, "stream": True},
+                greedy=True,
+                weight=2,
+            ),
+            Case(
+                "sampled",
+                comp,
+                {
+                    **m,
+                    "prompt": "Once upon a time",
+                    "max_tokens": max_tokens,
+                    "stream": True,
+                    "temperature": 0.8,
+                    "seed": 5,
+                },
+                weight=2,
+            ),
+            Case(
+                "cancel",
+                comp,
+                {**m, "prompt": long_prompt[:200], "max_tokens": 8 * max_tokens, "stream": True, "ignore_eos": True},
+                cancel=True,
+                weight=3,
+            ),
+            Case(
+                "cancel-n3",
+                comp,
+                {**m, "prompt": "The cat", "max_tokens": 8 * max_tokens, "n": 3, "stream": True, "ignore_eos": True},
+                cancel=True,
+            ),
             Case("bad-json", comp, b'{"prompt": "hi", "max_tokens": 4,}', expect=400),
             Case("bad-model", comp, {"model": "no-such-model", "prompt": "hi", "max_tokens": 4}, expect=404),
             Case("bad-field", comp, {**m, "prompt": "hi", "max_tokens": 0}, expect=400),
@@ -162,11 +218,20 @@ class Load:
             cases.append(Case("too-large", comp, big, expect=413))
         if chat:
             cases += [
-                Case("chat", chatp, {**m, "messages": msgs, "max_tokens": max_tokens, "stream": True,
-                                     "stop": ["."]}, greedy=True, weight=3),
+                Case(
+                    "chat",
+                    chatp,
+                    {**m, "messages": msgs, "max_tokens": max_tokens, "stream": True, "stop": ["."]},
+                    greedy=True,
+                    weight=3,
+                ),
                 Case("chat-whole", chatp, {**m, "messages": msgs, "max_tokens": max_tokens}, greedy=True, weight=2),
-                Case("chat-cancel", chatp, {**m, "messages": msgs, "max_tokens": 8 * max_tokens, "stream": True,
-                                            "ignore_eos": True}, cancel=True),
+                Case(
+                    "chat-cancel",
+                    chatp,
+                    {**m, "messages": msgs, "max_tokens": 8 * max_tokens, "stream": True, "ignore_eos": True},
+                    cancel=True,
+                ),
                 Case("bad-chat", chatp, {**m, "messages": [], "max_tokens": 4}, expect=400),
             ]
         if self.api_key:
@@ -200,11 +265,18 @@ class Load:
                     err = obj.get("error") if isinstance(obj, dict) else None
                     if not isinstance(err, dict) or set(err) != {"message", "type", "param", "code"}:
                         return out(f"error: not OpenAI's error shape: {raw[:200]!r}", resp.status)
-                    return out(f"rejected: {err['message']}", resp.status, retry_after=resp.getheader("Retry-After"),
-                               code=err["code"])
+                    return out(
+                        f"rejected: {err['message']}",
+                        resp.status,
+                        retry_after=resp.getheader("Retry-After"),
+                        code=err["code"],
+                    )
                 key = "text" if case.path.endswith("/completions") and "chat" not in case.path else "message"
-                return out("done", 200, {c["index"]: (c["text"] if key == "text" else c["message"]["content"])
-                                         for c in obj["choices"]})
+                return out(
+                    "done",
+                    200,
+                    {c["index"]: (c["text"] if key == "text" else c["message"]["content"]) for c in obj["choices"]},
+                )
             texts: dict[int, str] = {}
             stop_after = rng.randint(1, 6) if case.cancel and rng else None
             events = 0
@@ -226,7 +298,7 @@ class Load:
                     texts[c["index"]] = texts.get(c["index"], "") + (piece or "")
                 events += 1
                 if stop_after is not None and events >= stop_after:
-                    return out("cancelled", 200)      # closing the connection cancels the generation
+                    return out("cancelled", 200)  # closing the connection cancels the generation
         except (OSError, http.client.HTTPException, ValueError) as e:
             return out(f"error: {type(e).__name__}: {e}", 0)
         finally:
@@ -267,8 +339,16 @@ class Load:
                 refs[case.name] = got.texts
         return refs
 
-    def run(self, refs: dict[str, dict[int, str]], *, clients: int = 16, per_client: int = 6, seed: int = 0,
-            deadline: float = 300.0, cases: list[Case] | None = None) -> Report:
+    def run(
+        self,
+        refs: dict[str, dict[int, str]],
+        *,
+        clients: int = 16,
+        per_client: int = 6,
+        seed: int = 0,
+        deadline: float = 300.0,
+        cases: list[Case] | None = None,
+    ) -> Report:
         """clients threads, each sending per_client requests drawn from the cases (seeded)."""
         report, lock = Report(), threading.Lock()
         cases = cases or self.cases
@@ -282,11 +362,12 @@ class Load:
                 with lock:
                     self._account(report, case, got, refs)
                 if got.status == 503:
-                    time.sleep(rng.uniform(0.05, 0.2))      # a refused client backs off a little
+                    time.sleep(rng.uniform(0.05, 0.2))  # a refused client backs off a little
 
         t0 = time.monotonic()
-        threads = [threading.Thread(target=client, args=(i,), name=f"load-client-{i}", daemon=True)
-                   for i in range(clients)]
+        threads = [
+            threading.Thread(target=client, args=(i,), name=f"load-client-{i}", daemon=True) for i in range(clients)
+        ]
         for t in threads:
             t.start()
         end = t0 + deadline
@@ -321,8 +402,11 @@ class Load:
         """Seconds from a client closing its stream to the server having freed its slot (the
         cancelled generations in /metrics went up), one stream at a time on an idle server."""
         m = {"model": self.model} if self.model else {}
-        case = Case("close", "/v1/completions", {**m, "prompt": LONG_TEXT, "max_tokens": max_tokens, "stream": True,
-                                                  "ignore_eos": True})
+        case = Case(
+            "close",
+            "/v1/completions",
+            {**m, "prompt": LONG_TEXT, "max_tokens": max_tokens, "stream": True, "ignore_eos": True},
+        )
         key = "pymtp_generations_cancelled_total"
         out = []
         for _ in range(repeats):
@@ -334,7 +418,7 @@ class Load:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
             conn.request("POST", case.path, body=body, headers=headers)
             resp = conn.getresponse()
-            for _ in range(3):                 # the role-less completion stream: a few pieces
+            for _ in range(3):  # the role-less completion stream: a few pieces
                 resp.readline()
             conn.close()
             t0 = time.monotonic()
@@ -373,6 +457,7 @@ def rss_bytes(pid: int) -> int:
     except FileNotFoundError:
         pass
     import psutil  # not Linux: needs psutil
+
     return psutil.Process(pid).memory_info().rss
 
 
@@ -380,8 +465,15 @@ class Server:
     """A ``pymtp serve`` subprocess on 127.0.0.1 (a context manager: stopped at exit). Its output
     goes to a temporary file (output()), or stderr to the file given (e.g. a pipe)."""
 
-    def __init__(self, args: list[str], *, api_key: str | None = None, startup: float = 120.0,
-                 log_level: str = "info", stderr: BinaryIO | int | None = None) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        *,
+        api_key: str | None = None,
+        startup: float = 120.0,
+        log_level: str = "info",
+        stderr: BinaryIO | int | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
@@ -390,11 +482,24 @@ class Server:
         env.pop("PYMTP_API_KEY", None)
         if api_key:
             env["PYMTP_API_KEY"] = api_key
-        cmd = [sys.executable, "-m", "pymtp", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-               "--log-level", log_level, "-q", *args]
-        self.log = tempfile.TemporaryFile()          # a file, not a pipe: a chatty server cannot block on it
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log,
-                                     stderr=subprocess.STDOUT if stderr is None else stderr)
+        cmd = [
+            sys.executable,
+            "-m",
+            "pymtp",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--log-level",
+            log_level,
+            "-q",
+            *args,
+        ]
+        self.log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server cannot block on it
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT if stderr is None else stderr
+        )
         self.pid = self.proc.pid
         self._wait(startup)
 

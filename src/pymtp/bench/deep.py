@@ -105,8 +105,14 @@ _GLOBAL_ROLES: dict[str, tuple] = {
     "output.weight": ("E", None),
 }
 # RMSNorm weights over the residual width: scaled by sqrt(d/D).
-_RESIDUAL_NORMS = {"attn_norm.weight", "post_attention_norm.weight", "output_norm.weight",
-                   "nextn.enorm.weight", "nextn.hnorm.weight", "nextn.shared_head_norm.weight"}
+_RESIDUAL_NORMS = {
+    "attn_norm.weight",
+    "post_attention_norm.weight",
+    "output_norm.weight",
+    "nextn.enorm.weight",
+    "nextn.hnorm.weight",
+    "nextn.shared_head_norm.weight",
+}
 # Projections whose output an extra block must leave at exactly zero.
 _ZERO_IN_EXTRA = {"attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight"}
 
@@ -189,8 +195,10 @@ def _pad_qkv(a: np.ndarray, dims: dict, new: dict) -> np.ndarray:
     cuts = [dims["Q"], dims["Q"] + dims["K"]]
     parts = np.split(a, cuts, axis=0)
     sizes = [new["Q"], new["K"], new["K"]]
-    padded = [_pad_corner(p, (s,) + tuple(new["E"] if i == 1 else x for i, x in enumerate(p.shape[1:], 1)))
-              for p, s in zip(parts, sizes)]
+    padded = [
+        _pad_corner(p, (s,) + tuple(new["E"] if i == 1 else x for i, x in enumerate(p.shape[1:], 1)))
+        for p, s in zip(parts, sizes)
+    ]
     return np.concatenate(padded, axis=0)
 
 
@@ -199,9 +207,17 @@ def _pad_qkv(a: np.ndarray, dims: dict, new: dict) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 
-def make_deep(src_gguf: str | os.PathLike, dst_gguf: str | os.PathLike, *, n_embd: int = 1024,
-              n_extra_layers: int = 16, n_head: int | None = None, n_ff: int | None = None,
-              n_ff_exp: int | None = None, seed: int = 0) -> Path:
+def make_deep(
+    src_gguf: str | os.PathLike,
+    dst_gguf: str | os.PathLike,
+    *,
+    n_embd: int = 1024,
+    n_extra_layers: int = 16,
+    n_head: int | None = None,
+    n_ff: int | None = None,
+    n_ff_exp: int | None = None,
+    seed: int = 0,
+) -> Path:
     """Write a deep, wide variant of the glm4moe GGUF ``src_gguf`` to ``dst_gguf``.
 
     n_embd: residual width D (>= the source's d); n_extra_layers: zero-output trunk
@@ -282,19 +298,20 @@ def make_deep(src_gguf: str | os.PathLike, dst_gguf: str | os.PathLike, *, n_emb
                 raise ValueError(f"{name}: expected ne {(2 * d, d)}, got {ne_old}")
             out = np.zeros((D, 2 * D), dtype=a.dtype)
             out[:d, :d] = a[:, :d]
-            out[:d, D:D + d] = a[:, d:]
+            out[:d, D : D + d] = a[:, d:]
             return out
         if suffix in ("attn_qkv.weight", "attn_qkv.bias"):
             if suffix == "attn_qkv.weight":
                 out = _pad_qkv(a, dims, new)
             else:
                 out = _pad_qkv(a[:, None], dims, {**new, "E": 1})[:, 0]
-            q_s = norm_scale if "attn_q_norm.weight" in has_qk_norm[blk] else 1.0
-            k_s = norm_scale if "attn_k_norm.weight" in has_qk_norm[blk] else 1.0
+            qk_norm = has_qk_norm[blk] if blk is not None else set()
+            q_s = norm_scale if "attn_q_norm.weight" in qk_norm else 1.0
+            k_s = norm_scale if "attn_k_norm.weight" in qk_norm else 1.0
             if q_s != 1.0 or k_s != 1.0:
                 out = out.astype(np.float32)
-                out[:new["Q"]] *= q_s
-                out[new["Q"]:new["Q"] + new["K"]] *= k_s
+                out[: new["Q"]] *= q_s
+                out[new["Q"] : new["Q"] + new["K"]] *= k_s
                 out = out.astype(a.dtype)
             return out
         roles = (_GLOBAL_ROLES if blk is None else _BLOCK_ROLES).get(suffix)
@@ -388,8 +405,9 @@ def make_deep(src_gguf: str | os.PathLike, dst_gguf: str | os.PathLike, *, n_emb
                 for name, v in extra_block(i):
                     writer.add_tensor(name, np.ascontiguousarray(v))
         for suffix, t in blocks[b]:
-            writer.add_tensor(f"blk.{nb}.{suffix}",
-                              np.ascontiguousarray(convert(suffix, _tensor_array(t), ne_of(t), b, t.name)))
+            writer.add_tensor(
+                f"blk.{nb}.{suffix}", np.ascontiguousarray(convert(suffix, _tensor_array(t), ne_of(t), b, t.name))
+            )
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -418,8 +436,9 @@ def _source_key(src: Path) -> str:
 BENCH_SHAPE: dict[str, Any] = {"n_embd": 1024, "n_extra_layers": 16, "n_head": 4, "n_ff": 1024, "n_ff_exp": 256}
 
 
-def deep_variant_path(src: str | os.PathLike | None = None, *, cache_dir: str | os.PathLike | None = None,
-                      **kw: Any) -> Path:
+def deep_variant_path(
+    src: str | os.PathLike | None = None, *, cache_dir: str | os.PathLike | None = None, **kw: Any
+) -> Path:
     """The path of the deep variant of ``src`` (default: the bundled default model),
     generated on first use with ``make_deep(src, ..., **kw)``.
 
@@ -437,8 +456,9 @@ def deep_variant_path(src: str | os.PathLike | None = None, *, cache_dir: str | 
         raise TypeError(f"unknown deep-variant parameters: {sorted(unknown)}")
     params.update(kw)
     d = Path(cache_dir) if cache_dir is not None else cache.cache_dir("deep")
-    digest = hashlib.sha256(json.dumps({"v": DEEP_VERSION, "src": _source_key(src), **params},
-                                       sort_keys=True).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(
+        json.dumps({"v": DEEP_VERSION, "src": _source_key(src), **params}, sort_keys=True).encode()
+    ).hexdigest()[:12]
     path = d / f"{src.stem}-deep-e{params['n_embd']}-x{params['n_extra_layers']}-{digest}.gguf"
     return cache.cached_file(path, lambda tmp: make_deep(src, tmp, **params))
 
@@ -448,15 +468,18 @@ def _summary(path: Path) -> str:
 
     r = gguf.GGUFReader(str(path))
     v = lambda key: r.fields[f"{ARCH}.{key}"].contents()  # noqa: E731
-    return (f"{path.name}: n_embd {v('embedding_length')}, {v('block_count') - v('nextn_predict_layers')} trunk "
-            f"blocks + {v('nextn_predict_layers')} NextN, {v('attention.head_count')} heads "
-            f"({v('attention.head_count_kv')} KV) of {v('attention.key_length')}, ffn {v('feed_forward_length')}, "
-            f"expert ffn {v('expert_feed_forward_length')}, {path.stat().st_size / 2**20:.1f} MiB")
+    return (
+        f"{path.name}: n_embd {v('embedding_length')}, {v('block_count') - v('nextn_predict_layers')} trunk "
+        f"blocks + {v('nextn_predict_layers')} NextN, {v('attention.head_count')} heads "
+        f"({v('attention.head_count_kv')} KV) of {v('attention.key_length')}, ffn {v('feed_forward_length')}, "
+        f"expert ffn {v('expert_feed_forward_length')}, {path.stat().st_size / 2**20:.1f} MiB"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pymtp.bench.deep",
-                                 description="Write a deep, wide glm4moe variant with identical predictions.")
+    ap = argparse.ArgumentParser(
+        prog="python -m pymtp.bench.deep", description="Write a deep, wide glm4moe variant with identical predictions."
+    )
     ap.add_argument("--src", default=None, help="source glm4moe GGUF (default: the bundled default model)")
     ap.add_argument("--out", default=None, help="output path (default: the cache, see deep_variant_path)")
     ap.add_argument("--n-embd", type=int, default=BENCH_SHAPE["n_embd"])
@@ -466,8 +489,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-ff-exp", type=int, default=BENCH_SHAPE["n_ff_exp"])
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    kw = dict(n_embd=a.n_embd, n_extra_layers=a.extra_layers, n_head=a.n_head, n_ff=a.n_ff,
-              n_ff_exp=a.n_ff_exp, seed=a.seed)
+    kw = dict(
+        n_embd=a.n_embd, n_extra_layers=a.extra_layers, n_head=a.n_head, n_ff=a.n_ff, n_ff_exp=a.n_ff_exp, seed=a.seed
+    )
     if a.out is None:
         path = deep_variant_path(a.src, **kw)
     else:

@@ -68,7 +68,7 @@ ARCH = "glm4moe"
 DEFAULT_PARAMS = 1e8
 #: Named sizes from this many parameters on default to Q4_K_M (smaller ones to F16).
 QUANTIZED_FROM = 1e9
-HOT_MAX = 4096            # within the default trimmed draft vocabulary
+HOT_MAX = 4096  # within the default trimmed draft vocabulary
 DEFAULT_PEAK = 0.9
 
 
@@ -95,8 +95,10 @@ class EchoShape:
 
     def __post_init__(self) -> None:
         if self.n_embd < 320 or self.n_vocab < 320:
-            raise ValueError("n_embd and n_vocab must be >= 320: every token a prompt can hold (the 304 of the "
-                             "byte-level vocabulary) needs its own embedding direction")
+            raise ValueError(
+                "n_embd and n_vocab must be >= 320: every token a prompt can hold (the 304 of the "
+                "byte-level vocabulary) needs its own embedding direction"
+            )
         if self.n_layer < 1 or min(self.n_head, self.n_head_kv, self.head_dim, self.n_ff, self.n_ff_exp) < 1:
             raise ValueError(f"every size must be positive: {self}")
         if self.n_head % self.n_head_kv:
@@ -115,23 +117,41 @@ class EchoShape:
         out = [("token_embd.weight", (v, d)), ("output_norm.weight", (d,)), ("output.weight", (v, d))]
         for i in range(self.n_layer + 1):
             b = f"blk.{i}"
-            out += [(f"{b}.attn_norm.weight", (d,)), (f"{b}.attn_q.weight", (q, d)), (f"{b}.attn_k.weight", (kv, d)),
-                    (f"{b}.attn_v.weight", (kv, d)), (f"{b}.attn_q.bias", (q,)), (f"{b}.attn_k.bias", (kv,)),
-                    (f"{b}.attn_v.bias", (kv,)), (f"{b}.attn_output.weight", (d, q)),
-                    (f"{b}.post_attention_norm.weight", (d,))]
+            out += [
+                (f"{b}.attn_norm.weight", (d,)),
+                (f"{b}.attn_q.weight", (q, d)),
+                (f"{b}.attn_k.weight", (kv, d)),
+                (f"{b}.attn_v.weight", (kv, d)),
+                (f"{b}.attn_q.bias", (q,)),
+                (f"{b}.attn_k.bias", (kv,)),
+                (f"{b}.attn_v.bias", (kv,)),
+                (f"{b}.attn_output.weight", (d, q)),
+                (f"{b}.post_attention_norm.weight", (d,)),
+            ]
             if i < self.n_layer:
                 f = self.n_ff
-                out += [(f"{b}.ffn_gate.weight", (f, d)), (f"{b}.ffn_up.weight", (f, d)),
-                        (f"{b}.ffn_down.weight", (d, f))]
+                out += [
+                    (f"{b}.ffn_gate.weight", (f, d)),
+                    (f"{b}.ffn_up.weight", (f, d)),
+                    (f"{b}.ffn_down.weight", (d, f)),
+                ]
                 continue
             e, f = self.n_expert, self.n_ff_exp
-            out += [(f"{b}.ffn_gate_inp.weight", (e, d)), (f"{b}.exp_probs_b.bias", (e,)),
-                    (f"{b}.ffn_gate_exps.weight", (e, f, d)), (f"{b}.ffn_up_exps.weight", (e, f, d)),
-                    (f"{b}.ffn_down_exps.weight", (e, d, f)), (f"{b}.ffn_gate_shexp.weight", (f, d)),
-                    (f"{b}.ffn_up_shexp.weight", (f, d)), (f"{b}.ffn_down_shexp.weight", (d, f)),
-                    (f"{b}.nextn.eh_proj.weight", (d, 2 * d)), (f"{b}.nextn.enorm.weight", (d,)),
-                    (f"{b}.nextn.hnorm.weight", (d,)), (f"{b}.nextn.shared_head_norm.weight", (d,)),
-                    (f"{b}.nextn.embed_tokens.weight", (v, d))]
+            out += [
+                (f"{b}.ffn_gate_inp.weight", (e, d)),
+                (f"{b}.exp_probs_b.bias", (e,)),
+                (f"{b}.ffn_gate_exps.weight", (e, f, d)),
+                (f"{b}.ffn_up_exps.weight", (e, f, d)),
+                (f"{b}.ffn_down_exps.weight", (e, d, f)),
+                (f"{b}.ffn_gate_shexp.weight", (f, d)),
+                (f"{b}.ffn_up_shexp.weight", (f, d)),
+                (f"{b}.ffn_down_shexp.weight", (d, f)),
+                (f"{b}.nextn.eh_proj.weight", (d, 2 * d)),
+                (f"{b}.nextn.enorm.weight", (d,)),
+                (f"{b}.nextn.hnorm.weight", (d,)),
+                (f"{b}.nextn.shared_head_norm.weight", (d,)),
+                (f"{b}.nextn.embed_tokens.weight", (v, d)),
+            ]
         return out
 
     @property
@@ -159,16 +179,27 @@ def shape_for_params(params: float, *, n_vocab: int | None = None) -> EchoShape:
     ffx = 256 * max(1, round(ff / 4 / 256))
     if n_vocab is None:
         n_vocab = max(512, 2 ** round(math.log2(max(1.0, 0.05 * params / d))))
-    base = EchoShape(n_embd=d, n_layer=1, n_head=nh, n_head_kv=nkv, head_dim=hd, n_ff=ff, n_vocab=int(n_vocab),
-                     n_ff_exp=ffx)
+    base = EchoShape(
+        n_embd=d, n_layer=1, n_head=nh, n_head_kv=nkv, head_dim=hd, n_ff=ff, n_vocab=int(n_vocab), n_ff_exp=ffx
+    )
     per_block = EchoShape(**{**asdict(base), "n_layer": 2}).n_params - base.n_params
     n_layer = max(1, round((params - base.n_params) / per_block) + 1)
     return EchoShape(**{**asdict(base), "n_layer": n_layer})
 
 
 #: The tests' shape: ~6M parameters, written in well under a second.
-SMALL_SHAPE = EchoShape(n_embd=384, n_layer=2, n_head=6, n_head_kv=2, head_dim=64, n_ff=768, n_vocab=512,
-                        n_expert=4, n_ff_exp=256, n_ctx=4096)
+SMALL_SHAPE = EchoShape(
+    n_embd=384,
+    n_layer=2,
+    n_head=6,
+    n_head_kv=2,
+    head_dim=64,
+    n_ff=768,
+    n_vocab=512,
+    n_expert=4,
+    n_ff_exp=256,
+    n_ctx=4096,
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,8 +260,14 @@ class EchoMaps:
                     counts[i] += 1
             text += self.greedy(x, n_acc + 1)
             n_steps += 1
-        return {"tokens": text, "n_steps": n_steps, "n_drafted": sum(drafted_at), "n_accepted": sum(accepted_at),
-                "drafted_at": drafted_at, "accepted_at": accepted_at}
+        return {
+            "tokens": text,
+            "n_steps": n_steps,
+            "n_drafted": sum(drafted_at),
+            "n_accepted": sum(accepted_at),
+            "drafted_at": drafted_at,
+            "accepted_at": accepted_at,
+        }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,8 +275,17 @@ class EchoMaps:
 # ---------------------------------------------------------------------------------------------
 
 
-def make_echo(path: str | os.PathLike, agree: float, *, shape: EchoShape | None = None, params: float | None = None,
-              type: str = "F16", seed: int = 0, peak: float = DEFAULT_PEAK, mtp_type: str | None = None) -> Path:
+def make_echo(
+    path: str | os.PathLike,
+    agree: float,
+    *,
+    shape: EchoShape | None = None,
+    params: float | None = None,
+    type: str = "F16",
+    seed: int = 0,
+    peak: float = DEFAULT_PEAK,
+    mtp_type: str | None = None,
+) -> Path:
     """Write an echo fixture to ``path`` and return it. The size is ``shape``, or
     ``shape_for_params(params)``, or SMALL_SHAPE. type: F32 / F16 written directly, any other
     llama.cpp file type (Q4_K_M, Q8_0, ...) written in F16 and quantized with pymtp.quant, the
@@ -257,7 +303,7 @@ def make_echo(path: str | os.PathLike, agree: float, *, shape: EchoShape | None 
         raise ValueError(f"type must be one of {', '.join(quant.FTYPES)}, got {type!r}")
     from .echo_weights import solve_gap, write_gguf
 
-    solve_gap(peak, 0, np.zeros(0))                      # checks peak
+    solve_gap(peak, 0, np.zeros(0))  # checks peak
     path.parent.mkdir(parents=True, exist_ok=True)
     if wtype in ("F16", "F32"):
         write_gguf(path, shape, agree, seed, peak, wtype)
@@ -275,9 +321,17 @@ def _size_label(params: float) -> str:
     return f"{params / 1e9:.2g}b" if params >= 1e9 else f"{params / 1e6:.0f}m"
 
 
-def echo_path(agree: float, *, params: float | None = None, shape: EchoShape | None = None, type: str | None = None,
-              seed: int = 0, peak: float = DEFAULT_PEAK, mtp_type: str | None = None,
-              cache_dir: str | os.PathLike | None = None) -> Path:
+def echo_path(
+    agree: float,
+    *,
+    params: float | None = None,
+    shape: EchoShape | None = None,
+    type: str | None = None,
+    seed: int = 0,
+    peak: float = DEFAULT_PEAK,
+    mtp_type: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> Path:
     """The path of an echo fixture, made on first use (make_echo) under ``cache_dir`` (default
     ``$PYMTP_CACHE_DIR/echo``), keyed by every parameter. Without shape or params: DEFAULT_PARAMS;
     type None: Q4_K_M from QUANTIZED_FROM parameters, else F16."""
@@ -287,13 +341,21 @@ def echo_path(agree: float, *, params: float | None = None, shape: EchoShape | N
         raise ValueError("pass shape or params, not both")
     if type is None:
         type = "Q4_K_M" if shape.n_params >= QUANTIZED_FROM else "F16"
-    key = {"v": ECHO_VERSION, "agree": float(agree), "shape": asdict(shape), "type": str(type).upper(),
-           "seed": int(seed), "peak": float(peak), "mtp_type": mtp_type}
+    key = {
+        "v": ECHO_VERSION,
+        "agree": float(agree),
+        "shape": asdict(shape),
+        "type": str(type).upper(),
+        "seed": int(seed),
+        "peak": float(peak),
+        "mtp_type": mtp_type,
+    }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     d = Path(cache_dir) if cache_dir is not None else cache.cache_dir("echo")
     name = f"echo-a{round(agree * 100)}-{_size_label(shape.n_params)}-{str(type).lower()}-{digest}.gguf"
-    return cache.cached_file(d / name, lambda tmp: make_echo(tmp, agree, shape=shape, type=type, seed=seed, peak=peak,
-                                                             mtp_type=mtp_type))
+    return cache.cached_file(
+        d / name, lambda tmp: make_echo(tmp, agree, shape=shape, type=type, seed=seed, peak=peak, mtp_type=mtp_type)
+    )
 
 
 _NAME = re.compile(r"^echo-(\d{1,3})(?:-(\d+(?:\.\d+)?)([kmb]))?(?:-([a-z0-9_]+))?$", re.IGNORECASE)
@@ -325,23 +387,27 @@ def parse_name(spec: str) -> dict[str, Any] | None:
 
 def _summary(path: Path, shape: EchoShape, seconds: float) -> str:
     maps = EchoMaps.read(path)
-    return (f"{path.name}: {shape.n_params / 1e9:.3f}B parameters (n_embd {shape.n_embd}, {shape.n_layer} trunk "
-            f"blocks + 1 NextN, {shape.n_head} heads ({shape.n_head_kv} KV) of {shape.head_dim}, ffn {shape.n_ff}, "
-            f"{shape.n_expert} experts of {shape.n_ff_exp}, vocab {shape.n_vocab} ({shape.n_hot} hot)), "
-            f"head agrees on {maps.cycle_agreement:.3f} of the cycle, {path.stat().st_size / 2**20:.1f} MiB, "
-            f"made in {seconds:.1f} s")
+    return (
+        f"{path.name}: {shape.n_params / 1e9:.3f}B parameters (n_embd {shape.n_embd}, {shape.n_layer} trunk "
+        f"blocks + 1 NextN, {shape.n_head} heads ({shape.n_head_kv} KV) of {shape.head_dim}, ffn {shape.n_ff}, "
+        f"{shape.n_expert} experts of {shape.n_ff_exp}, vocab {shape.n_vocab} ({shape.n_hot} hot)), "
+        f"head agrees on {maps.cycle_agreement:.3f} of the cycle, {path.stat().st_size / 2**20:.1f} MiB, "
+        f"made in {seconds:.1f} s"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pymtp.bench.echo",
-                                 description="Write an echo fixture: known greedy text, a head that agrees a "
-                                             "chosen fraction of the time.")
+    ap = argparse.ArgumentParser(
+        prog="python -m pymtp.bench.echo",
+        description="Write an echo fixture: known greedy text, a head that agrees a chosen fraction of the time.",
+    )
     ap.add_argument("--agree", type=float, required=True, help="fraction of tokens where the head agrees (0-1)")
     ap.add_argument("--params", type=float, default=DEFAULT_PARAMS, help="parameter count (default 1e8)")
     ap.add_argument("--n-vocab", type=int, default=None, help="vocabulary (default: ~5%% of params in the output)")
     ap.add_argument("--type", default=None, help="F16, F32, Q4_K_M, Q8_0, ... (default: Q4_K_M from 1e9, else F16)")
-    ap.add_argument("--mtp-type", default=None, help="the NextN block's tensor type when quantizing (default: "
-                                                     "like the rest)")
+    ap.add_argument(
+        "--mtp-type", default=None, help="the NextN block's tensor type when quantizing (default: like the rest)"
+    )
     ap.add_argument("--peak", type=float, default=DEFAULT_PEAK, help="successor probability at T=0.7")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="output path (default: the cache, see echo_path)")

@@ -12,14 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from .echo import ARCH, ECHO_VERSION, EchoShape
 from .byte_vocab import add_byte_bpe_vocab, byte_vocab
-
+from .echo import ARCH, ECHO_VERSION, EchoShape
 
 TOP_LOGIT = 16.0
 ALT_GAPS = (1.0, 1.5, 2.0)
 PEAK_T = 0.7
-_A, _B = math.sqrt(1 - 0.25 ** 2), 0.25      # shares of q_x and q_0 in a hot embedding
+_A, _B = math.sqrt(1 - 0.25**2), 0.25  # shares of q_x and q_0 in a hot embedding
 _TOKEN_UNUSED = 5
 _ZERO_OUT = ("attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight")
 _DESIGNED = ("token_embd.weight", "output.weight", "nextn.eh_proj.weight", "nextn.embed_tokens.weight")
@@ -76,7 +75,7 @@ def _orthonormal_rows(rng: np.random.Generator, n: int, d: int, block: int = 64)
     x = np.zeros((n, d))
     for j in range(0, n, block):
         m = min(block, n - j)
-        x[j:j + m, j:j + block] = b1[j // block][:m]
+        x[j : j + m, j : j + block] = b1[j // block][:m]
     x = x[:, perm]
     for j in range(d // block):
         s = slice(j * block, (j + 1) * block)
@@ -119,11 +118,11 @@ def _design(shape: EchoShape, agree: float, seed: int, peak: float) -> dict[str,
     # inputs: every hot token (the cycle's, then bos and eos, which go on at the cycle's first token)
     inputs = np.concatenate([cycle, [bos, eos]])
     in_pos = np.concatenate([np.arange(n), [n - 1, n - 1]])
-    q = _orthonormal_rows(rng, n_hot + 1, d)             # q[0]: the shared direction
+    q = _orthonormal_rows(rng, n_hot + 1, d)  # q[0]: the shared direction
     emb = np.empty((v, d), dtype=np.float32)
     emb[:n_hot] = math.sqrt(d) * (_A * q[1:] + _B * q[0])
     emb[n_hot:] = rng.standard_normal((v - n_hot, d), dtype=np.float32)
-    cold = np.setdiff1d(np.arange(v), cycle)             # control and padding tokens
+    cold = np.setdiff1d(np.arange(v), cycle)  # control and padding tokens
     kappa = -TOP_LOGIT * rng.uniform(1.0, 1.5, size=len(cold))
     g = solve_gap(peak, n - 1 - len(ALT_GAPS), kappa)
     logits = [TOP_LOGIT] + [TOP_LOGIT - g * c for c in ALT_GAPS]
@@ -140,9 +139,16 @@ def _design(shape: EchoShape, agree: float, seed: int, peak: float) -> dict[str,
     head_next[cycle] = cycle[(z_pos + 1) % n]
     eh = np.zeros((d, 2 * d), dtype=np.float32)
     eh[:, :d] = np.eye(d, dtype=np.float32)
-    return {"token_embd.weight": emb, "output.weight": out, "nextn.eh_proj.weight": eh,
-            "nextn.embed_tokens.weight": head_emb, "next": nxt, "head_next": head_next, "gap": g,
-            "vocab": (tokens, merges, types, bos, eos)}
+    return {
+        "token_embd.weight": emb,
+        "output.weight": out,
+        "nextn.eh_proj.weight": eh,
+        "nextn.embed_tokens.weight": head_emb,
+        "next": nxt,
+        "head_next": head_next,
+        "gap": g,
+        "vocab": (tokens, merges, types, bos, eos),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,14 +188,24 @@ def write_gguf(path: Path, shape: EchoShape, agree: float, seed: int, peak: floa
     wr.add_uint32("general.file_type", 1 if wtype == "F16" else 0)
     wr.add_uint32("general.quantization_version", 2)
     k = lambda s: f"{ARCH}.{s}"  # noqa: E731
-    for key, val in (("context_length", shape.n_ctx), ("embedding_length", shape.n_embd),
-                     ("block_count", shape.n_layer + 1), ("nextn_predict_layers", 1),
-                     ("feed_forward_length", shape.n_ff), ("attention.head_count", shape.n_head),
-                     ("attention.head_count_kv", shape.n_head_kv), ("attention.key_length", shape.head_dim),
-                     ("attention.value_length", shape.head_dim), ("rope.dimension_count", shape.head_dim // 2),
-                     ("expert_count", shape.n_expert), ("expert_used_count", shape.n_expert_used),
-                     ("expert_feed_forward_length", shape.n_ff_exp), ("expert_shared_count", 1),
-                     ("expert_gating_func", 2), ("leading_dense_block_count", shape.n_layer)):
+    for key, val in (
+        ("context_length", shape.n_ctx),
+        ("embedding_length", shape.n_embd),
+        ("block_count", shape.n_layer + 1),
+        ("nextn_predict_layers", 1),
+        ("feed_forward_length", shape.n_ff),
+        ("attention.head_count", shape.n_head),
+        ("attention.head_count_kv", shape.n_head_kv),
+        ("attention.key_length", shape.head_dim),
+        ("attention.value_length", shape.head_dim),
+        ("rope.dimension_count", shape.head_dim // 2),
+        ("expert_count", shape.n_expert),
+        ("expert_used_count", shape.n_expert_used),
+        ("expert_feed_forward_length", shape.n_ff_exp),
+        ("expert_shared_count", 1),
+        ("expert_gating_func", 2),
+        ("leading_dense_block_count", shape.n_layer),
+    ):
         wr.add_uint32(k(key), val)
     wr.add_float32(k("attention.layer_norm_rms_epsilon"), 1e-6)
     wr.add_float32(k("rope.freq_base"), 10000.0)
@@ -212,6 +228,6 @@ def write_gguf(path: Path, shape: EchoShape, agree: float, seed: int, peak: floa
     wr.write_kv_data_to_file()
     wr.write_ti_data_to_file()
     rng = np.random.default_rng([seed, ECHO_VERSION, 0xB10C])
-    for name, s in specs:     # one random tensor in memory at a time
+    for name, s in specs:  # one random tensor in memory at a time
         wr.write_tensor_data(_tensor(name, s, des, rng, dtype))
     wr.close()

@@ -10,9 +10,10 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..cache import cache_dir
 from .base import BenchError, log
@@ -22,20 +23,21 @@ OTHER_TOOLS = ("llama-server", "ggml-rpc-server")
 
 
 def _repo_root() -> Path | None:
-    here = Path(__file__).resolve().parents[3]          # src/pymtp/bench/ -> the checkout
+    here = Path(__file__).resolve().parents[3]  # src/pymtp/bench/ -> the checkout
     return here if (here / "native" / "cmake" / "LlamaSource.cmake").is_file() else None
 
 
 def _pinned_commit() -> str | None:
     repo = _repo_root()
     if repo is not None:
-        m = re.search(r'PYMTP_LLAMA_COMMIT\s+"([0-9a-f]{40})"',
-                      (repo / "native" / "cmake" / "LlamaSource.cmake").read_text())
+        m = re.search(
+            r'PYMTP_LLAMA_COMMIT\s+"([0-9a-f]{40})"', (repo / "native" / "cmake" / "LlamaSource.cmake").read_text()
+        )
         if m:
             return m.group(1)
     try:
         from .._native import build_info
-    except (ImportError, OSError):        # no native library to ask
+    except (ImportError, OSError):  # no native library to ask
         return None
     m = re.search(r"\b([0-9a-f]{40})\b", build_info())
     return m.group(1) if m else None
@@ -68,7 +70,8 @@ def find_llama_source(explicit: str | os.PathLike | None = None) -> Path:
     raise BenchError(
         f"no pinned llama.cpp tree found (commit {commit or 'unknown'}; looked in {cache} and the "
         "native/llama.cpp submodule). Build pymtp once (pip install .), which fetches it, or set "
-        "PYMTP_LLAMA_SOURCE_DIR / --llama-src, or pass --no-llama-cpp.")
+        "PYMTP_LLAMA_SOURCE_DIR / --llama-src, or pass --no-llama-cpp."
+    )
 
 
 def _tools_dir(src: Path) -> Path:
@@ -79,10 +82,19 @@ def cmake_configure_command(src: Path, build: Path) -> list[str]:
     cmd = [shutil.which("cmake") or "cmake", "-S", str(src), "-B", str(build)]
     if shutil.which("ninja"):
         cmd += ["-G", "Ninja"]
-    cmd += ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DGGML_NATIVE=ON",
-            "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF",
-            "-DLLAMA_BUILD_SERVER=ON", "-DGGML_RPC=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
-            f"-DGGML_CCACHE={'ON' if shutil.which('ccache') else 'OFF'}"]
+    cmd += [
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DBUILD_SHARED_LIBS=OFF",
+        "-DGGML_NATIVE=ON",
+        "-DLLAMA_BUILD_EXAMPLES=ON",
+        "-DLLAMA_BUILD_TOOLS=ON",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_SERVER=ON",
+        "-DGGML_RPC=ON",
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_OPENSSL=OFF",
+        f"-DGGML_CCACHE={'ON' if shutil.which('ccache') else 'OFF'}",
+    ]
     return cmd
 
 
@@ -106,8 +118,13 @@ def _build_lock(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def ensure_llama_tools(src: Path | None = None, *, bin_dir: str | os.PathLike | None = None,
-                       jobs: int | None = None, tools: tuple[str, ...] = LLAMA_TOOLS) -> dict[str, Any]:
+def ensure_llama_tools(
+    src: Path | None = None,
+    *,
+    bin_dir: str | os.PathLike | None = None,
+    jobs: int | None = None,
+    tools: tuple[str, ...] = LLAMA_TOOLS,
+) -> dict[str, Any]:
     """Paths of the tools (default: llama-speculative-simple and llama-completion), building
     them when needed.
 
@@ -125,7 +142,7 @@ def ensure_llama_tools(src: Path | None = None, *, bin_dir: str | os.PathLike | 
     build.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     configure = cmake_configure_command(src, build)
-    stamp = build / "pymtp-configure.txt"         # configured with these options (else again)
+    stamp = build / "pymtp-configure.txt"  # configured with these options (else again)
     with _build_lock(build.parent / ".lock"), open(log_path, "a") as f:
         if not (build / "CMakeCache.txt").is_file() or not stamp.is_file() or stamp.read_text() != repr(configure):
             log(f"bench: configuring llama.cpp tools in {build} (log: {log_path})")
@@ -135,10 +152,22 @@ def ensure_llama_tools(src: Path | None = None, *, bin_dir: str | os.PathLike | 
             stamp.write_text(repr(configure))
         if not all(p.is_file() for p in bins.values()):
             log(f"bench: building {', '.join(tools)} from {src} (several minutes; log: {log_path})")
-        cmd = [shutil.which("cmake") or "cmake", "--build", str(build), "--target", *tools,
-               "-j", str(jobs or os.cpu_count() or 2)]
+        cmd = [
+            shutil.which("cmake") or "cmake",
+            "--build",
+            str(build),
+            "--target",
+            *tools,
+            "-j",
+            str(jobs or os.cpu_count() or 2),
+        ]
         r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
         if r.returncode != 0:
             raise BenchError(f"building llama.cpp tools failed; see {log_path}")
-    return {"source": str(src), "build_dir": str(build), "bins": {k: str(v) for k, v in bins.items()},
-            "build_s": round(time.perf_counter() - t0, 1), "configure": cmake_configure_command(src, build)}
+    return {
+        "source": str(src),
+        "build_dir": str(build),
+        "bins": {k: str(v) for k, v in bins.items()},
+        "build_s": round(time.perf_counter() - t0, 1),
+        "configure": cmake_configure_command(src, build),
+    }

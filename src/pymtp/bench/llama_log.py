@@ -17,7 +17,8 @@ _RE = {
     "accept": re.compile(rf"(?<![\w])accept\s+=\s+{_NUM}%"),
     "stats": re.compile(
         r"statistics\s+(\S+):\s+#calls\(b,g,a\)\s+=\s+(\d+)\s+(\d+)\s+(\d+),\s+#gen drafts\s+=\s+(\d+),"
-        r"\s+#acc drafts\s+=\s+(\d+),\s+#gen tokens\s+=\s+(\d+),\s+#acc tokens\s+=\s+(\d+)(.*)"),
+        r"\s+#acc drafts\s+=\s+(\d+),\s+#gen tokens\s+=\s+(\d+),\s+#acc tokens\s+=\s+(\d+)(.*)"
+    ),
     "stats_dur": re.compile(rf"dur\(b,g,a\)\s+=\s+{_NUM},\s+{_NUM},\s+{_NUM} ms"),
     "stats_acc": re.compile(rf"#mean acc len\s+=\s+{_NUM},\s+#acc rate/pos\s+=\s+\(([^)]*)\)"),
     "sampling": re.compile(rf"sampling time\s+=\s+{_NUM} ms"),
@@ -55,9 +56,17 @@ def parse_llama_output(text: str) -> dict[str, Any]:
     m = last("stats")
     if m:
         g = m.groups()
-        spec = {"type": g[0], "calls_begin": int(g[1]), "calls_draft": int(g[2]), "calls_accept": int(g[3]),
-                "gen_drafts": int(g[4]), "acc_drafts": int(g[5]), "gen_tokens": int(g[6]), "acc_tokens": int(g[7])}
-        rest = g[8]                      # the optional parts, in either order
+        spec = {
+            "type": g[0],
+            "calls_begin": int(g[1]),
+            "calls_draft": int(g[2]),
+            "calls_accept": int(g[3]),
+            "gen_drafts": int(g[4]),
+            "acc_drafts": int(g[5]),
+            "gen_tokens": int(g[6]),
+            "acc_tokens": int(g[7]),
+        }
+        rest = g[8]  # the optional parts, in either order
         d = _RE["stats_dur"].search(rest)
         if d:
             spec["dur_ms"] = {"begin": float(d.group(1)), "draft": float(d.group(2)), "accept": float(d.group(3))}

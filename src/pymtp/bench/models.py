@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+
 from .. import default_model
 from ..errors import PymtpError
 from .base import BenchError, log
@@ -34,10 +35,11 @@ def resolve_model(spec: str) -> Path:
             if not n.isdigit() or not rest:
                 raise BenchError(f"--model {spec}: expected vocab:N:SPEC, e.g. vocab:8192:model.gguf")
             return padded_vocab_path(int(n), resolve_model(rest))
-        n_vocab = VOCABS.get(spec[len("default-"):])
+        n_vocab = VOCABS.get(spec[len("default-") :])
         if n_vocab is None:
-            raise BenchError(f"--model {spec}: the padded default models are "
-                             + ", ".join(f"default-{k}" for k in VOCABS))
+            raise BenchError(
+                f"--model {spec}: the padded default models are " + ", ".join(f"default-{k}" for k in VOCABS)
+            )
         return padded_vocab_path(n_vocab, resolve_model("default"))
     if spec.lower().startswith("echo-") and not Path(spec).expanduser().is_file():
         from .echo import echo_path, parse_name
@@ -47,8 +49,10 @@ def resolve_model(spec: str) -> Path:
         except ValueError as e:
             raise BenchError(f"--model {e}") from None
         if kw is None:
-            raise BenchError(f"--model {spec}: expected echo-AGREE[-SIZE][-TYPE] (e.g. echo-70, echo-80-1.5b, "
-                             "echo-100-q8_0) or a GGUF path")
+            raise BenchError(
+                f"--model {spec}: expected echo-AGREE[-SIZE][-TYPE] (e.g. echo-70, echo-80-1.5b, "
+                "echo-100-q8_0) or a GGUF path"
+            )
         return echo_path(kw.pop("agree"), **kw)
     if spec.startswith("deep:"):
         from .deep import deep_variant_path
@@ -56,8 +60,10 @@ def resolve_model(spec: str) -> Path:
         return deep_variant_path(resolve_model(spec[5:]))
     if spec.startswith("fixture:"):
         # The test suite's random-weight models are not part of the installed package.
-        raise BenchError(f"--model {spec}: fixture models live in a source checkout's tests/pymtp_testing; "
-                         "write one with `PYTHONPATH=tests python -m pymtp_testing.fixtures FAMILY` and pass its path")
+        raise BenchError(
+            f"--model {spec}: fixture models live in a source checkout's tests/pymtp_testing; "
+            "write one with `PYTHONPATH=tests python -m pymtp_testing.fixtures FAMILY` and pass its path"
+        )
     path = Path(spec).expanduser()
     if not path.is_file():
         raise BenchError(f"model file not found: {path}")
@@ -74,6 +80,6 @@ def default_models() -> list[Path]:
             errors.append(f"{spec}: {e}")
     if not found:
         raise BenchError("no default benchmark model is available:\n  " + "\n  ".join(errors))
-    for e in errors:
-        log(f"bench: skipping {e}")
+    for msg in errors:
+        log(f"bench: skipping {msg}")
     return found

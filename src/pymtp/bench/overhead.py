@@ -10,8 +10,9 @@ import math
 import pstats
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .._native import instrument, lib
 from ..config import SamplingConfig, SpecConfig
@@ -60,12 +61,25 @@ def _run_steps(s: MTPSpeculator, max_tokens: int) -> float:
 
 #: The native sampler's calls: the transform, draw and verification of rows (sampler.cpp) and
 #: the drafter's greedy argmax.
-SAMPLER_CALLS = ("pymtp_sampler_row", "pymtp_sampler_verify", "pymtp_rows_argmax", "pymtp_sampler_set_dense",
-                 "pymtp_sampler_set_point", "pymtp_sampler_slot")
+SAMPLER_CALLS = (
+    "pymtp_sampler_row",
+    "pymtp_sampler_verify",
+    "pymtp_rows_argmax",
+    "pymtp_sampler_set_dense",
+    "pymtp_sampler_set_point",
+    "pymtp_sampler_slot",
+)
 
 
-def step_costs(session: Session, spec: SpecConfig | None, prompts: Sequence[str], sampling: SamplingConfig, *,
-               max_tokens: int, wrapper_cost: float | None = None) -> dict[str, Any]:
+def step_costs(
+    session: Session,
+    spec: SpecConfig | None,
+    prompts: Sequence[str],
+    sampling: SamplingConfig,
+    *,
+    max_tokens: int,
+    wrapper_cost: float | None = None,
+) -> dict[str, Any]:
     """One generation per prompt, stepped (prefill excluded) with every native call timed:
     per step, the wall time, the time in the native sampler's calls (SAMPLER_CALLS), in all
     native calls, and the rest (Python and numpy, less the instrumentation's own cost).
@@ -87,21 +101,40 @@ def step_costs(session: Session, spec: SpecConfig | None, prompts: Sequence[str]
     samp = sum(tally.seconds.get(k, 0.0) for k in SAMPLER_CALLS)
     py = max(wall - native - n_calls * cost, 0.0)
     per = 1e3 / n_steps if n_steps else 0.0
-    frac = (lambda x: x / wall if wall > 0 else 0.0)   # noqa: E731
+    frac = lambda x: x / wall if wall > 0 else 0.0  # noqa: E731
     return {
-        "n_prompts": len(prompts), "n_steps": n_steps, "n_tokens": n_tokens, "wall_s": wall,
-        "step_ms": wall * per, "sampling_ms_per_step": samp * per, "python_ms_per_step": py * per,
-        "native_ms_per_step": native * per, "sampling_fraction": frac(samp), "python_fraction": frac(py),
-        "sampling_python_fraction": frac(samp + py), "wrapper_cost_us": cost * 1e6,
+        "n_prompts": len(prompts),
+        "n_steps": n_steps,
+        "n_tokens": n_tokens,
+        "wall_s": wall,
+        "step_ms": wall * per,
+        "sampling_ms_per_step": samp * per,
+        "python_ms_per_step": py * per,
+        "native_ms_per_step": native * per,
+        "sampling_fraction": frac(samp),
+        "python_fraction": frac(py),
+        "sampling_python_fraction": frac(samp + py),
+        "wrapper_cost_us": cost * 1e6,
         "sampler_calls_per_step": sum(tally.calls.get(k, 0) for k in SAMPLER_CALLS) / n_steps if n_steps else 0.0,
-        "native_by_call": {k: {"s": tally.seconds[k], "calls": tally.calls[k]}
-                           for k in sorted(tally.seconds, key=tally.seconds.get, reverse=True)},
+        "native_by_call": {
+            k: {"s": tally.seconds[k], "calls": tally.calls[k]}
+            for k in sorted(tally.seconds, key=lambda k: tally.seconds[k], reverse=True)
+        },
     }
 
 
-def profile_python_overhead(session: Session, prompt: str, *, max_tokens: int, temp: float = 0.0, seed: int = 0,
-                            adaptive: bool = True, n_draft: int = 3, cprofile: bool = True,
-                            sampling: SamplingConfig | None = None) -> dict[str, Any]:
+def profile_python_overhead(
+    session: Session,
+    prompt: str,
+    *,
+    max_tokens: int,
+    temp: float = 0.0,
+    seed: int = 0,
+    adaptive: bool = True,
+    n_draft: int = 3,
+    cprofile: bool = True,
+    sampling: SamplingConfig | None = None,
+) -> dict[str, Any]:
     """Run one speculative generation step by step (the session's speculator directly) and
     split its step time into native calls (libpymtp: decodes, logits/hidden views, seq_rm)
     and the rest (Python and numpy: drafting logic, sampling/verification, hand-off copies).
@@ -117,7 +150,7 @@ def profile_python_overhead(session: Session, prompt: str, *, max_tokens: int, t
         return s
 
     with session.lock:
-        _run_steps(started(), max_tokens)               # warm-up
+        _run_steps(started(), max_tokens)  # warm-up
         s = started()
         tally = NativeTally()
         with instrument(tally):
@@ -129,19 +162,30 @@ def profile_python_overhead(session: Session, prompt: str, *, max_tokens: int, t
         py_raw = wall - native
         py = max(py_raw - n_calls * cost, 0.0)
         out: dict[str, Any] = {
-            "model": session.model.path.name, "temperature": temp, "spec": spec.model_dump(),
-            "n_tokens": st.n_emitted, "n_steps": st.n_steps, "step_wall_s": wall, "native_s": native,
-            "native_calls": n_calls, "wrapper_cost_us": cost * 1e6,
-            "python_s": py, "python_fraction": py / wall if wall > 0 else 0.0,
+            "model": session.model.path.name,
+            "temperature": temp,
+            "spec": spec.model_dump(),
+            "n_tokens": st.n_emitted,
+            "n_steps": st.n_steps,
+            "step_wall_s": wall,
+            "native_s": native,
+            "native_calls": n_calls,
+            "wrapper_cost_us": cost * 1e6,
+            "python_s": py,
+            "python_fraction": py / wall if wall > 0 else 0.0,
             "python_fraction_raw": py_raw / wall if wall > 0 else 0.0,
             "python_us_per_step": py / st.n_steps * 1e6 if st.n_steps else 0.0,
             "step_us": wall / st.n_steps * 1e6 if st.n_steps else 0.0,
             "specstats_python_fraction": st.t_python / st.t_total if st.t_total > 0 else 0.0,
-            "specstats_split": {"draft": st.t_draft, "verify": st.t_verify, "python": st.t_python,
-                                "total": st.t_total},
-            "native_by_call": {k: {"s": tally.seconds[k], "calls": tally.calls[k],
-                                   "us_per_call": tally.seconds[k] / tally.calls[k] * 1e6}
-                               for k in sorted(tally.seconds, key=tally.seconds.get, reverse=True)},
+            "specstats_split": {"draft": st.t_draft, "verify": st.t_verify, "python": st.t_python, "total": st.t_total},
+            "native_by_call": {
+                k: {
+                    "s": tally.seconds[k],
+                    "calls": tally.calls[k],
+                    "us_per_call": tally.seconds[k] / tally.calls[k] * 1e6,
+                }
+                for k in sorted(tally.seconds, key=lambda k: tally.seconds[k], reverse=True)
+            },
             "tokens_per_step": st.tokens_per_step,
         }
         if cprofile:
@@ -157,8 +201,14 @@ def _cprofile_top(s: MTPSpeculator, max_tokens: int, top: int = 15) -> list[dict
     prof.disable()
     st = pstats.Stats(prof)
     rows = []
-    for (fname, line, func), (cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
-        rows.append({"function": f"{Path(fname).name}:{line}({func})" if line else func,
-                     "calls": nc, "tottime_s": tt, "cumtime_s": ct})
+    for (fname, line, func), (_cc, nc, tt, ct, _) in st.stats.items():  # type: ignore[attr-defined]
+        rows.append(
+            {
+                "function": f"{Path(fname).name}:{line}({func})" if line else func,
+                "calls": nc,
+                "tottime_s": tt,
+                "cumtime_s": ct,
+            }
+        )
     rows.sort(key=lambda r: r["tottime_s"], reverse=True)
     return rows[:top]

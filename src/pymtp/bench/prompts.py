@@ -17,15 +17,15 @@ from ..train.data import read_text, split_files, stdlib_root
 @dataclass
 class Prompt:
     id: str
-    kind: str            # "code" | "prose"
+    kind: str  # "code" | "prose"
     text: str
-    source: str          # "<relpath>:<line>" in the stdlib, or "builtin"
+    source: str  # "<relpath>:<line>" in the stdlib, or "builtin"
 
 
 _FALLBACK_CODE = [
     'def merge_intervals(intervals):\n    """Merge overlapping [start, end] intervals; return them sorted."""\n'
     "    intervals = sorted(intervals)\n    merged = []\n",
-    "def read_config(path, defaults=None):\n    \"\"\"Read a key=value file into a dict.\"\"\"\n"
+    'def read_config(path, defaults=None):\n    """Read a key=value file into a dict."""\n'
     "    result = dict(defaults or {})\n    with open(path) as f:\n",
 ]
 _FALLBACK_PROSE = [
@@ -34,7 +34,7 @@ _FALLBACK_PROSE = [
 ]
 
 
-def _heldout_sources(root: Path) -> list[tuple[str, str, ast.AST]]:
+def _heldout_sources(root: Path) -> list[tuple[str, str, ast.Module]]:
     """(relative path, text, syntax tree) of each held-out file that reads and parses."""
     if not root.is_dir():
         return []
@@ -79,19 +79,21 @@ def code_prompts(n: int = 3, *, max_chars: int = 700, root: Path | None = None) 
     cands: list[Prompt] = []
     for rel, text, tree in _heldout_sources(root or stdlib_root()):
         lines = text.splitlines()
-        funcs = sorted((f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))),
-                       key=lambda f: f.lineno)
+        funcs = sorted(
+            (f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))),
+            key=lambda f: f.lineno,
+        )
         for f in funcs:
-            n_lines = f.end_lineno - f.lineno + 1
+            n_lines = (f.end_lineno or f.lineno) - f.lineno + 1
             code = f.body[1:] if _has_docstring(f) else f.body
             if not 8 <= n_lines <= 40 or len(code) < 3 or f.decorator_list:
                 continue
-            end = code[1].end_lineno            # header (+ docstring) + two statements
-            snippet = textwrap.dedent("\n".join(lines[f.lineno - 1:end])) + "\n"
+            end = code[1].end_lineno  # header (+ docstring) + two statements
+            snippet = textwrap.dedent("\n".join(lines[f.lineno - 1 : end])) + "\n"
             if len(snippet) > max_chars or "\t" in snippet:
                 continue
             cands.append(Prompt("", "code", snippet, f"{rel}:{f.lineno}"))
-            break                                 # one function per file
+            break  # one function per file
     return _pick(cands, _FALLBACK_CODE, "code", n)
 
 
@@ -100,9 +102,10 @@ def prose_prompts(n: int = 3, *, max_chars: int = 320, root: Path | None = None)
     200 characters and mostly words), cut at a word boundary near max_chars."""
     cands: list[Prompt] = []
     for rel, _, tree in _heldout_sources(root or stdlib_root()):
-        nodes = [tree] + sorted((x for x in ast.walk(tree)
-                                 if isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))),
-                                key=lambda x: x.lineno)
+        nodes: list[ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef] = [tree] + sorted(
+            (x for x in ast.walk(tree) if isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))),
+            key=lambda x: x.lineno,
+        )
         for node in nodes:
             doc = ast.get_docstring(node, clean=True)
             if not doc or len(doc) < 200:
@@ -111,14 +114,14 @@ def prose_prompts(n: int = 3, *, max_chars: int = 320, root: Path | None = None)
             if words < 0.9 or ">>>" in doc:
                 continue
             paras = [" ".join(x.split()) for x in re.split(r"\n\s*\n", doc.strip())]
-            while paras and len(paras[0].split()) < 5:      # a title line, an underline
+            while paras and len(paras[0].split()) < 5:  # a title line, an underline
                 paras.pop(0)
-            text = "\n\n".join(paras)                      # lines unwrapped, paragraphs kept
+            text = "\n\n".join(paras)  # lines unwrapped, paragraphs kept
             if len(text) < 150:
                 continue
             if len(text) > max_chars:
                 cut = text.rfind(" ", 0, max_chars)
-                text = text[:cut if cut > max_chars // 2 else max_chars]
+                text = text[: cut if cut > max_chars // 2 else max_chars]
             cands.append(Prompt("", "prose", text, f"{rel}:{getattr(node, 'lineno', 1)}"))
             break
     return _pick(cands, _FALLBACK_PROSE, "prose", n)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .base import log
 from .runners import Variant
@@ -17,11 +18,12 @@ def _median(xs: list[float]) -> float:
 
 
 def _sampling(r: dict[str, Any]) -> str:
-    return r.get("sampling") or f"T={r['temperature']:g}"       # runs from before --sampling
+    return r.get("sampling") or f"T={r['temperature']:g}"  # runs from before --sampling
 
 
-def summarize(runs: list[dict[str, Any]], variants: list[Variant],
-              step_costs: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def summarize(
+    runs: list[dict[str, Any]], variants: list[Variant], step_costs: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """One row per (model, sampling setting, prompt set, variant): medians and ratios; the
     rows over all prompts also get the variant's step costs (sampling and Python per step)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
@@ -42,20 +44,35 @@ def summarize(runs: list[dict[str, Any]], variants: list[Variant],
         v = vmap.get(name)
         tps = [r["tps"] for r in rs]
         row: dict[str, Any] = {
-            "model": model, "temperature": rs[0]["temperature"], "sampling": samp, "prompts": kind, "variant": name,
-            "engine": rs[0]["engine"], "n_draft": rs[0]["n_draft"], "adaptive": rs[0]["adaptive"],
-            "n_runs": len(rs), "tps_median": med[key], "tps_min": min(tps), "tps_max": max(tps),
+            "model": model,
+            "temperature": rs[0]["temperature"],
+            "sampling": samp,
+            "prompts": kind,
+            "variant": name,
+            "engine": rs[0]["engine"],
+            "n_draft": rs[0]["n_draft"],
+            "adaptive": rs[0]["adaptive"],
+            "n_runs": len(rs),
+            "tps_median": med[key],
+            "tps_min": min(tps),
+            "tps_max": max(tps),
             "n_tokens_median": _median([r["n_tokens"] for r in rs]),
         }
         plain = med.get((model, samp, kind, "plain"))
         row["vs_plain"] = row["tps_median"] / plain if plain else None
         if v is not None and v.policy == "auto":
             # auto against the best fixed draft length of the same run (targets: >= 0.97 of both)
-            fixed = {n: m for (mo, sa, ki, n), m in med.items()
-                     if (mo, sa, ki) == (model, samp, kind) and n in vmap and vmap[n].engine == "pymtp"
-                     and vmap[n].speculative and vmap[n].policy == "fixed"}
+            fixed = {
+                n: m
+                for (mo, sa, ki, n), m in med.items()
+                if (mo, sa, ki) == (model, samp, kind)
+                and n in vmap
+                and vmap[n].engine == "pymtp"
+                and vmap[n].speculative
+                and vmap[n].policy == "fixed"
+            }
             if fixed:
-                best = max(fixed, key=fixed.get)
+                best = max(fixed, key=fixed.__getitem__)
                 row["vs_best_fixed"], row["best_fixed"] = row["tps_median"] / fixed[best], best
         ref = None
         if v is not None and v.speculative:
@@ -80,23 +97,34 @@ def summarize(runs: list[dict[str, Any]], variants: list[Variant],
                 # llama.cpp's definition: accepted at position i per drafting step
                 row["accepted_per_step_by_position"] = [ai / d[0] if d and d[0] else 0.0 for ai in a]
                 tot = sum(r["t_total"] for r in rs)
-                row["time_split"] = {k: sum(r[f"t_{k}"] for r in rs) / tot if tot else 0.0
-                                     for k in ("draft", "verify", "python")}
+                row["time_split"] = {
+                    k: sum(r[f"t_{k}"] for r in rs) / tot if tot else 0.0 for k in ("draft", "verify", "python")
+                }
             else:
                 # llama.cpp prints, per position, accepted tokens per accept call
                 w = [(r.get("acc_rate_pos") or [], r.get("n_steps", 0)) for r in rs]
                 L = max((len(p) for p, _ in w), default=0)
                 tot = sum(n for _, n in w)
                 row["accepted_per_step_by_position"] = [
-                    sum(p[i] * n for p, n in w if i < len(p)) / tot if tot else 0.0 for i in range(L)]
+                    sum(p[i] * n for p, n in w if i < len(p)) / tot if tot else 0.0 for i in range(L)
+                ]
         elif v is not None and v.engine == "pymtp":
             tot = sum(r["t_total"] for r in rs)
-            row["time_split"] = {k: sum(r[f"t_{k}"] for r in rs) / tot if tot else 0.0
-                                 for k in ("draft", "verify", "python")}
+            row["time_split"] = {
+                k: sum(r[f"t_{k}"] for r in rs) / tot if tot else 0.0 for k in ("draft", "verify", "python")
+            }
         c = costs.get((model, samp, name)) if kind == "all" else None
         if c is not None:
-            row["step_costs"] = {k: c[k] for k in ("step_ms", "sampling_ms_per_step", "python_ms_per_step",
-                                                   "sampling_python_fraction", "sampler_calls_per_step")}
+            row["step_costs"] = {
+                k: c[k]
+                for k in (
+                    "step_ms",
+                    "sampling_ms_per_step",
+                    "python_ms_per_step",
+                    "sampling_python_fraction",
+                    "sampler_calls_per_step",
+                )
+            }
         rows.append(row)
     return rows
 
@@ -106,8 +134,23 @@ def _fmt_ratio(x: float | None) -> str:
 
 
 def format_table(summary: list[dict[str, Any]], *, kinds: Sequence[str] = ("all",)) -> str:
-    hdr = ["model", "sampling", "set", "variant", "tok/s", "min-max", "x plain", "x llama", "tok/step", "acc/pos",
-           "draft/verify/py %", "step ms", "samp ms", "py ms", "samp+py %"]
+    hdr = [
+        "model",
+        "sampling",
+        "set",
+        "variant",
+        "tok/s",
+        "min-max",
+        "x plain",
+        "x llama",
+        "tok/step",
+        "acc/pos",
+        "draft/verify/py %",
+        "step ms",
+        "samp ms",
+        "py ms",
+        "samp+py %",
+    ]
     lines = []
     for r in summary:
         if r["prompts"] not in kinds:
@@ -115,19 +158,34 @@ def format_table(summary: list[dict[str, Any]], *, kinds: Sequence[str] = ("all"
         accp = r.get("accepted_per_step_by_position")
         split = r.get("time_split")
         c = r.get("step_costs")
-        lines.append([
-            r["model"][:34], r.get("sampling") or f"T={r['temperature']:g}", r["prompts"], r["variant"],
-            f"{r['tps_median']:.1f}", f"{r['tps_min']:.0f}-{r['tps_max']:.0f}",
-            _fmt_ratio(r.get("vs_plain")), _fmt_ratio(r.get("vs_llama")),
-            f"{r['tokens_per_step']:.2f}" if r.get("tokens_per_step") else "-",
-            " ".join(f"{x:.2f}" for x in accp) if accp else "-",
-            "/".join(f"{100 * split[k]:.0f}" for k in ("draft", "verify", "python")) if split else "-",
-            *((f"{c['step_ms']:.2f}", f"{c['sampling_ms_per_step']:.3f}", f"{c['python_ms_per_step']:.3f}",
-               f"{100 * c['sampling_python_fraction']:.1f}") if c else ("-",) * 4),
-        ])
-    widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h) for i, h in enumerate(hdr)]
+        lines.append(
+            [
+                r["model"][:34],
+                r.get("sampling") or f"T={r['temperature']:g}",
+                r["prompts"],
+                r["variant"],
+                f"{r['tps_median']:.1f}",
+                f"{r['tps_min']:.0f}-{r['tps_max']:.0f}",
+                _fmt_ratio(r.get("vs_plain")),
+                _fmt_ratio(r.get("vs_llama")),
+                f"{r['tokens_per_step']:.2f}" if r.get("tokens_per_step") else "-",
+                " ".join(f"{x:.2f}" for x in accp) if accp else "-",
+                "/".join(f"{100 * split[k]:.0f}" for k in ("draft", "verify", "python")) if split else "-",
+                *(
+                    (
+                        f"{c['step_ms']:.2f}",
+                        f"{c['sampling_ms_per_step']:.3f}",
+                        f"{c['python_ms_per_step']:.3f}",
+                        f"{100 * c['sampling_python_fraction']:.1f}",
+                    )
+                    if c
+                    else ("-",) * 4
+                ),
+            ]
+        )
+    widths = [max(len(h), *(len(row[i]) for row in lines)) if lines else len(h) for i, h in enumerate(hdr)]
     out = ["  ".join(h.ljust(w) for h, w in zip(hdr, widths)), "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(l, widths)) for l in lines]
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in lines]
     return "\n".join(out)
 
 
@@ -150,12 +208,23 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
     for j, (m, t) in enumerate(panels):
         rs = [r for r in rows if r["model"] == m and (r.get("sampling") or f"T={r['temperature']:g}") == t]
         ax = axes[0][j]
-        colors = ["tab:gray" if r["engine"] == "pymtp" and r["n_draft"] is None else
-                  "tab:blue" if r["engine"] == "pymtp" else
-                  "tab:olive" if r["n_draft"] is None else "tab:orange" for r in rs]
-        ax.bar(range(len(rs)), [r["tps_median"] for r in rs], color=colors,
-               yerr=[[r["tps_median"] - r["tps_min"] for r in rs], [r["tps_max"] - r["tps_median"] for r in rs]],
-               capsize=2)
+        colors = [
+            "tab:gray"
+            if r["engine"] == "pymtp" and r["n_draft"] is None
+            else "tab:blue"
+            if r["engine"] == "pymtp"
+            else "tab:olive"
+            if r["n_draft"] is None
+            else "tab:orange"
+            for r in rs
+        ]
+        ax.bar(
+            range(len(rs)),
+            [r["tps_median"] for r in rs],
+            color=colors,
+            yerr=[[r["tps_median"] - r["tps_min"] for r in rs], [r["tps_max"] - r["tps_median"] for r in rs]],
+            capsize=2,
+        )
         ax.set_xticks(range(len(rs)), [r["variant"] for r in rs], rotation=45, ha="right", fontsize=8)
         ax.set_ylabel("tokens/s (median)")
         ax.set_title(f"{m[:40]}\n{t}", fontsize=9)
@@ -163,8 +232,13 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
         for r in rs:
             acc = r.get("accepted_per_step_by_position")
             if acc:
-                ax2.plot(range(1, len(acc) + 1), acc, marker="o",
-                         ls="-" if r["engine"] == "pymtp" else "--", label=r["variant"])
+                ax2.plot(
+                    range(1, len(acc) + 1),
+                    acc,
+                    marker="o",
+                    ls="-" if r["engine"] == "pymtp" else "--",
+                    label=r["variant"],
+                )
         ax2.set_xlabel("draft position")
         ax2.set_ylabel("accepted per drafting step")
         ax2.set_ylim(0, 1.05)

@@ -14,8 +14,9 @@ sampler chain applies top-k/top-p to the untempered logits and the temperature l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..config import SamplingConfig
 from .base import BenchError
@@ -39,9 +40,20 @@ class SamplingSetting:
 
     def llama_args(self) -> list[str]:
         """The same settings as llama.cpp's common flags."""
-        return ["--temp", f"{self.temperature:g}", "--top-k", str(self.top_k), "--top-p", f"{self.top_p:g}",
-                "--min-p", f"{self.min_p:g}", "--repeat-penalty", f"{self.repetition_penalty:g}",
-                "--repeat-last-n", str(SamplingConfig().repetition_window)]
+        return [
+            "--temp",
+            f"{self.temperature:g}",
+            "--top-k",
+            str(self.top_k),
+            "--top-p",
+            f"{self.top_p:g}",
+            "--min-p",
+            f"{self.min_p:g}",
+            "--repeat-penalty",
+            f"{self.repetition_penalty:g}",
+            "--repeat-last-n",
+            str(SamplingConfig().repetition_window),
+        ]
 
 
 PRESETS: dict[str, SamplingSetting] = {

@@ -75,14 +75,18 @@ def calibrate(src: str | os.PathLike, text: str = _CALIBRATION_TEXT) -> tuple[np
         toks = model.tokenize(text)
         with TargetContext(model, n_ctx=len(toks) + 1, n_batch=len(toks)) as t:
             t.decode(toks, 0)
-            logits = np.array(t.logits(), dtype=np.float64)[1:]   # the first row sees only BOS
+            logits = np.array(t.logits(), dtype=np.float64)[1:]  # the first row sees only BOS
     finally:
         model.close()
     lowest = logits.min(axis=0)
     rows = np.argsort(-lowest, kind="stable")[:_N_ROWS]
     mean_r = logits[:, rows].mean(axis=1)
-    info = {"n_positions": int(logits.shape[0]), "rows": [int(r) for r in rows],
-            "min_mean_logit_of_rows": float(mean_r.min()), "median_top_logit": float(np.median(logits.max(axis=1)))}
+    info = {
+        "n_positions": int(logits.shape[0]),
+        "rows": [int(r) for r in rows],
+        "min_mean_logit_of_rows": float(mean_r.min()),
+        "median_top_logit": float(np.median(logits.max(axis=1))),
+    }
     if mean_r.min() <= _MARGIN:
         return np.zeros(0, dtype=np.int64), info
     return rows.astype(np.int64), info
@@ -96,12 +100,13 @@ def _pad_rows(a: np.ndarray, n_new: int, base: np.ndarray | None, seed: int) -> 
         s = np.random.default_rng(seed).uniform(*_PAD_SCALE, size=n_new).astype(np.float32)
         chunk = 16384
         for i in range(0, n_new, chunk):
-            out[a.shape[0] + i: a.shape[0] + i + chunk] = (-s[i:i + chunk, None] * base[None, :]).astype(a.dtype)
+            out[a.shape[0] + i : a.shape[0] + i + chunk] = (-s[i : i + chunk, None] * base[None, :]).astype(a.dtype)
     return out
 
 
-def make_padded(src_gguf: str | os.PathLike, dst_gguf: str | os.PathLike, n_vocab: int, *,
-                calibrated: bool = True, seed: int = 0) -> Path:
+def make_padded(
+    src_gguf: str | os.PathLike, dst_gguf: str | os.PathLike, n_vocab: int, *, calibrated: bool = True, seed: int = 0
+) -> Path:
     """Write ``src_gguf`` (glm4moe) with its vocabulary padded to ``n_vocab`` tokens to
     ``dst_gguf`` (see the module's docstring). calibrated=False: zero rows. Returns dst."""
     import gguf
@@ -143,11 +148,17 @@ def make_padded(src_gguf: str | os.PathLike, dst_gguf: str | os.PathLike, n_voca
         elif name == "tokenizer.ggml.tokens":
             val = list(val) + [f"[PAD{i}]".encode() for i in range(n_old, n_vocab)]
         elif name == "tokenizer.ggml.token_type":
-            val = np.concatenate([np.asarray(val, dtype=np.int32), np.full(n_new, TOKEN_TYPE_UNUSED, np.int32)]).tolist()
+            val = np.concatenate(
+                [np.asarray(val, dtype=np.int32), np.full(n_new, TOKEN_TYPE_UNUSED, np.int32)]
+            ).tolist()
         elif name == "tokenizer.ggml.scores":
             val = np.concatenate([np.asarray(val, dtype=np.float32), np.full(n_new, -1e4, np.float32)]).tolist()
-        elif isinstance(val, list) and len(val) == n_old and name.startswith("tokenizer.") and \
-                name != "tokenizer.ggml.merges":
+        elif (
+            isinstance(val, list)
+            and len(val) == n_old
+            and name.startswith("tokenizer.")
+            and name != "tokenizer.ggml.merges"
+        ):
             raise ValueError(f"make_padded does not know how to pad {name}")
         writer.add_key_value(name, val, vtype, sub)
     if f"{ARCH}.vocab_size" not in fields:
@@ -167,7 +178,7 @@ def make_padded(src_gguf: str | os.PathLike, dst_gguf: str | os.PathLike, n_voca
                 raise ValueError(f"{t.name} has a vocabulary axis that make_padded does not know")
             scores = suffix in _OUTPUT or (tied and suffix == "token_embd.weight")
             writer.add_tensor(t.name, _pad_rows(_tensor_array(t), n_new, base if scores else None, seed))
-        else:           # unchanged bytes, any type
+        else:  # unchanged bytes, any type
             writer.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -176,8 +187,13 @@ def make_padded(src_gguf: str | os.PathLike, dst_gguf: str | os.PathLike, n_voca
     return dst_gguf
 
 
-def padded_vocab_path(n_vocab: int, src: str | os.PathLike | None = None, *,
-                      cache_dir: str | os.PathLike | None = None, calibrated: bool = True) -> Path:
+def padded_vocab_path(
+    n_vocab: int,
+    src: str | os.PathLike | None = None,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    calibrated: bool = True,
+) -> Path:
     """The path of ``src`` (default: the default model, assembled on first use) padded to
     ``n_vocab`` tokens, written on first use under ``cache_dir`` (default
     ``$PYMTP_CACHE_DIR/vocab``), keyed by the source's size, mtime and first MB."""
@@ -187,15 +203,20 @@ def padded_vocab_path(n_vocab: int, src: str | os.PathLike | None = None, *,
         src = resolve("default")
     src = Path(src)
     d = Path(cache_dir) if cache_dir is not None else cache.cache_dir("vocab")
-    digest = hashlib.sha256(json.dumps({"v": VOCAB_VERSION, "src": _source_key(src), "n": int(n_vocab),
-                                        "cal": calibrated}, sort_keys=True).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(
+        json.dumps(
+            {"v": VOCAB_VERSION, "src": _source_key(src), "n": int(n_vocab), "cal": calibrated}, sort_keys=True
+        ).encode()
+    ).hexdigest()[:12]
     path = d / f"{src.stem}-v{int(n_vocab)}-{digest}.gguf"
     return cache.cached_file(path, lambda tmp: make_padded(src, tmp, n_vocab, calibrated=calibrated))
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pymtp.bench.vocab",
-                                 description="Write a glm4moe GGUF with its vocabulary padded to a real model's size.")
+    ap = argparse.ArgumentParser(
+        prog="python -m pymtp.bench.vocab",
+        description="Write a glm4moe GGUF with its vocabulary padded to a real model's size.",
+    )
     ap.add_argument("--n-vocab", type=int, required=True, help="e.g. 151552 (GLM-4.5) or 248320 (Qwen3.5/3.6)")
     ap.add_argument("--src", default=None, help="source glm4moe GGUF (default: the default model)")
     ap.add_argument("--out", default=None, help="output path (default: the cache, see padded_vocab_path)")

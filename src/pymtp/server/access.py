@@ -24,7 +24,8 @@ import logging
 import re
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable, MutableMapping
+from typing import Any
 
 from starlette.requests import ClientDisconnect
 
@@ -90,7 +91,7 @@ class RequestMiddleware:
             self.metrics.add("in_flight", -1)
             self.metrics.request_done(scope["path"], self._outcome(state, status, complete, gone))
 
-        async def send_with_id(message: dict[str, Any]) -> None:
+        async def send_with_id(message: MutableMapping[str, Any]) -> None:
             nonlocal status, complete
             if message["type"] == "http.response.start":
                 status = message["status"]
@@ -104,7 +105,7 @@ class RequestMiddleware:
             self.metrics.add("in_flight", 1)
         try:
             await self.app(scope, receive, send_with_id)
-        except APIError as e:                          # the body limit's 413 / 408
+        except APIError as e:  # the body limit's 413 / 408
             if status is None:
                 await e.response()(scope, receive, send_with_id)
         except (ClientGone, ClientDisconnect):
@@ -120,7 +121,7 @@ class RequestMiddleware:
                 await err.response()(scope, receive, send_with_id)
         finally:
             ticket = state.get("pymtp_ticket")
-            if ticket is not None:      # however the request ended, its generations stop (a no-op once done)
+            if ticket is not None:  # however the request ended, its generations stop (a no-op once done)
                 ticket.cancel()
             count()
             self._access_line(scope, state, status, self._outcome(state, status, complete, gone), t0, rid)
@@ -152,9 +153,19 @@ class RequestMiddleware:
         client = scope.get("client")
         who = f"{client[0]}:{client[1]}" if client else "-"
         ticket = state.get("pymtp_ticket")
-        tokens = "%d+%d tokens " % ticket.usage() if ticket is not None else ""
-        access_log.log(level, '%s "%s %s" %s %s %s%.3f s %s', who, scope["method"], path, status or "-", outcome,
-                       tokens, time.monotonic() - t0, rid)
+        tokens = "{}+{} tokens ".format(*ticket.usage()) if ticket is not None else ""
+        access_log.log(
+            level,
+            '%s "%s %s" %s %s %s%.3f s %s',
+            who,
+            scope["method"],
+            path,
+            status or "-",
+            outcome,
+            tokens,
+            time.monotonic() - t0,
+            rid,
+        )
 
 
 class BodyLimitMiddleware:
@@ -172,8 +183,12 @@ class BodyLimitMiddleware:
         try:
             body = await asyncio.wait_for(self._read(scope, receive), timeout)
         except asyncio.TimeoutError:
-            raise APIError(408, "the request body did not arrive before the request timeout", code="timeout",
-                           headers={"Connection": "close"}) from None
+            raise APIError(
+                408,
+                "the request body did not arrive before the request timeout",
+                code="timeout",
+                headers={"Connection": "close"},
+            ) from None
         sent = False
 
         async def replay() -> dict[str, Any]:
@@ -181,7 +196,7 @@ class BodyLimitMiddleware:
             if not sent:
                 sent = True
                 return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()       # after the body: waits for the client to go away
+            return await receive()  # after the body: waits for the client to go away
 
         await self.app(scope, replay, send)
 
@@ -203,11 +218,15 @@ class BodyLimitMiddleware:
             if size > self.max_body:
                 too_large = True
             if too_large:
-                if size > DRAIN_BYTES:       # enough: the client gets a closed connection
+                if size > DRAIN_BYTES:  # enough: the client gets a closed connection
                     break
-                continue                     # read and drop the rest: the client then reads the 413
+                continue  # read and drop the rest: the client then reads the 413
             chunks.append(chunk)
         if too_large:
-            raise APIError(413, f"the request body is larger than the server's limit of {self.max_body} bytes "
-                                "(pymtp serve --max-body)", code="request_too_large", headers={"Connection": "close"})
+            raise APIError(
+                413,
+                f"the request body is larger than the server's limit of {self.max_body} bytes (pymtp serve --max-body)",
+                code="request_too_large",
+                headers={"Connection": "close"},
+            )
         return b"".join(chunks)

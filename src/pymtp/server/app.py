@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
+from collections.abc import Awaitable
 from contextlib import asynccontextmanager
-from typing import Any, Awaitable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -26,7 +28,14 @@ from .runner import DEFAULT_MAX_QUEUE, Runner, RunnerBase
 from .schemas import ChatCompletionRequest, CommonRequest, CompletionRequest, parse_body
 from .tickets import QueueFull, ShuttingDown
 
-__all__ = ["DEFAULT_MAX_BODY", "DEFAULT_PARALLEL", "DEFAULT_REQUEST_TIMEOUT", "DEFAULT_SHUTDOWN_TIMEOUT", "create_app", "serve"]
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "DEFAULT_PARALLEL",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "DEFAULT_SHUTDOWN_TIMEOUT",
+    "create_app",
+    "serve",
+]
 
 log = logging.getLogger("pymtp.server")
 
@@ -40,10 +49,19 @@ DEFAULT_SHUTDOWN_TIMEOUT = 20.0
 DEFAULT_PARALLEL = 4
 
 
-def create_app(model, *, model_name: str | None = None, chat_template: str | None = None,
-               defaults: dict[str, Any] | None = None, api_key: str | None = None, parallel: int = DEFAULT_PARALLEL,
-               slot_ctx: int | None = None, max_queue: int = DEFAULT_MAX_QUEUE, max_body: int = DEFAULT_MAX_BODY,
-               request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT) -> FastAPI:
+def create_app(
+    model,
+    *,
+    model_name: str | None = None,
+    chat_template: str | None = None,
+    defaults: dict[str, Any] | None = None,
+    api_key: str | None = None,
+    parallel: int = DEFAULT_PARALLEL,
+    slot_ctx: int | None = None,
+    max_queue: int = DEFAULT_MAX_QUEUE,
+    max_body: int = DEFAULT_MAX_BODY,
+    request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+) -> FastAPI:
     """A FastAPI app serving model: a Session from ``pymtp.load()`` (a Model, or a path,
     gets a session of its own, closed when the app shuts down).
 
@@ -78,19 +96,26 @@ def create_app(model, *, model_name: str | None = None, chat_template: str | Non
     m = session.model
     model_id = model_name or m.path.stem
     metrics = Metrics()
-    runner: RunnerBase = (BatchRunner(session, metrics, n_seq=parallel, n_ctx=slot_ctx, max_queue=max_queue)
-                          if parallel > 1 else Runner(session, metrics, max_queue=max_queue))
+    runner: RunnerBase = (
+        BatchRunner(session, metrics, n_seq=parallel, n_ctx=slot_ctx, max_queue=max_queue)
+        if parallel > 1
+        else Runner(session, metrics, max_queue=max_queue)
+    )
     jobs = JobMaker(session, model_id, chat_template=chat_template, defaults=defaults)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
-        app.state.runner.close()          # nothing else runs on the loop now: it may wait for a step
+        app.state.runner.close()  # nothing else runs on the loop now: it may wait for a step
         if made:
             session.close()
 
-    app = FastAPI(title="pymtp", description="OpenAI-compatible API over pymtp (MTP speculative decoding)",
-                  version=__version__, lifespan=lifespan)
+    app = FastAPI(
+        title="pymtp",
+        description="OpenAI-compatible API over pymtp (MTP speculative decoding)",
+        version=__version__,
+        lifespan=lifespan,
+    )
     app.state.session = session
     app.state.model = m
     app.state.runner = runner
@@ -100,14 +125,25 @@ def create_app(model, *, model_name: str | None = None, chat_template: str | Non
     app.state.api_key_required = api_key is not None
     app.state.session_made = made
     install_error_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_body=max_body)          # inside the key check
+    app.add_middleware(BodyLimitMiddleware, max_body=max_body)  # inside the key check
     if api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key)
-    app.add_middleware(RequestMiddleware, metrics=metrics, request_timeout=request_timeout)   # outermost
-    card = {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "pymtp",
-            "pymtp": {"architecture": m.architecture, "n_mtp_layers": m.n_mtp_layers, "mtp_loaded": m.mtp_loaded,
-                      "n_vocab": m.n_vocab, "n_ctx_train": m.n_ctx_train, "n_params": m.n_params,
-                      "chat_template": chat_template is not None or m.chat_template() is not None}}
+    app.add_middleware(RequestMiddleware, metrics=metrics, request_timeout=request_timeout)  # outermost
+    card = {
+        "id": model_id,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "pymtp",
+        "pymtp": {
+            "architecture": m.architecture,
+            "n_mtp_layers": m.n_mtp_layers,
+            "mtp_loaded": m.mtp_loaded,
+            "n_vocab": m.n_vocab,
+            "n_ctx_train": m.n_ctx_train,
+            "n_params": m.n_params,
+            "chat_template": chat_template is not None or m.chat_template() is not None,
+        },
+    }
 
     @app.get("/health")
     async def health(request: Request):
@@ -131,8 +167,13 @@ def create_app(model, *, model_name: str | None = None, chat_template: str | Non
     @app.get("/v1/models/{name:path}")
     async def get_model(name: str):
         if name != model_id:
-            raise APIError(404, f"The model '{name}' does not exist; this server serves '{model_id}'",
-                           "model", "not_found_error", "model_not_found")
+            raise APIError(
+                404,
+                f"The model '{name}' does not exist; this server serves '{model_id}'",
+                "model",
+                "not_found_error",
+                "model_not_found",
+            )
         return card
 
     async def respond(request: Request, req: CommonRequest, todo: list, reply: Reply):
@@ -142,17 +183,20 @@ def create_app(model, *, model_name: str | None = None, chat_template: str | Non
         try:
             ticket = runner.submit(todo, request.scope["state"].get("pymtp_deadline"))
         except QueueFull as e:
-            raise overloaded(f"the server is busy: every slot is taken and {e.waiting} requests are waiting "
-                             "(pymtp serve --max-queue); retry later", retry_after(runner)) from None
+            raise overloaded(
+                f"the server is busy: every slot is taken and {e.waiting} requests are waiting "
+                "(pymtp serve --max-queue); retry later",
+                retry_after(runner),
+            ) from None
         except ShuttingDown:
             raise shutting_down() from None
-        request.state.pymtp_ticket = ticket    # the access line counts its tokens; the edge cancels it at the end
+        request.state.pymtp_ticket = ticket  # the access line counts its tokens; the edge cancels it at the end
         if req.stream:
             first = await until_disconnected(request, ticket.next())
-            if first is not None and first[1] == "error":   # before the first piece: still a plain JSON error
+            if first is not None and first[1] == "error":  # before the first piece: still a plain JSON error
                 raise from_exception(first[2])
 
-            def on_error(err: APIError) -> None:      # for the metrics: a 200 that ended in an error
+            def on_error(err: APIError) -> None:  # for the metrics: a 200 that ended in an error
                 request.state.pymtp_outcome = "server_error" if err.status >= 500 else "client_error"
 
             return reply.streaming(ticket, first, req.wants_usage(), on_error)
@@ -174,8 +218,9 @@ def create_app(model, *, model_name: str | None = None, chat_template: str | Non
     async def chat_completions(request: Request):
         req = parse_body(await request.body(), ChatCompletionRequest)
         todo = jobs.chat(req)
-        return await respond(request, req, todo, ChatReply(model_id, todo[0].speculative, jobs.tools(req),
-                                                           session.piece))
+        return await respond(
+            request, req, todo, ChatReply(model_id, todo[0].speculative, jobs.tools(req), session.piece)
+        )
 
     return app
 
@@ -191,6 +236,7 @@ async def until_disconnected(request: Request, work: Awaitable):
     """work's result, unless the client goes away first: then work is cancelled (its finally
     cancels the ticket) and ClientGone is raised. The body was read already, so the next
     message from the client can only say that it left."""
+
     async def left() -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
@@ -206,14 +252,21 @@ async def until_disconnected(request: Request, work: Awaitable):
     if task.done() and not task.cancelled():
         return task.result()
     try:
-        await task                                   # let its finally run
+        await task  # let its finally run
     except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the client is gone: nobody to tell
         pass
     raise ClientGone()
 
 
-def serve(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
-          shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT, close_session: bool = False) -> None:
+def serve(
+    app: FastAPI,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+    close_session: bool = False,
+) -> None:
     """Run app with uvicorn until SIGTERM or SIGINT (Ctrl-C), then shut down gracefully: take no
     new request (the listening socket closes, and a request on a kept-alive connection gets 503),
     let the requests in flight finish for up to shutdown_timeout seconds, end the rest (a stream
@@ -230,28 +283,44 @@ def serve(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, log_level:
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame) -> None:
-            runner.drain(shutdown_timeout)   # flags: safe in a signal handler
+            runner.drain(shutdown_timeout)  # flags: safe in a signal handler
             super().handle_exit(sig, frame)
-            self._captured_signals.clear()   # a graceful stop is exit 0, not death by the signal
+            self._captured_signals.clear()  # a graceful stop is exit 0, not death by the signal
 
     writer = logs.configure(log_level)
     try:
         key = ", API key required" if app.state.api_key_required else ""
-        print(f"pymtp: serving {app.state.session.model.path.name} as '{app.state.model_id}' at "
-              f"http://{host}:{port}/v1 (OpenAI-compatible{key}; Ctrl-C to stop)", flush=True)
+        print(
+            f"pymtp: serving {app.state.session.model.path.name} as '{app.state.model_id}' at "
+            f"http://{host}:{port}/v1 (OpenAI-compatible{key}; Ctrl-C to stop)",
+            flush=True,
+        )
         # The runner ends what is still running at shutdown_timeout (streams get an error event and
         # [DONE]); uvicorn's own deadline, a little later, only cancels what that did not end.
-        config = uvicorn.Config(app, host=host, port=port, log_level=log_level, log_config=None, access_log=False,
-                                lifespan="on", timeout_graceful_shutdown=shutdown_timeout + 5)
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=math.ceil(shutdown_timeout) + 5,
+        )
         Server(config).run()
-        stopped = runner.close()            # the lifespan did it, unless the server never started
+        stopped = runner.close()  # the lifespan did it, unless the server never started
         if close_session:
             app.state.session.close()
-        left = [t.name for t in threading.enumerate()
-                if t is not threading.main_thread() and t.name != "pymtp-log" and t.is_alive()]
+        left = [
+            t.name
+            for t in threading.enumerate()
+            if t is not threading.main_thread() and t.name != "pymtp-log" and t.is_alive()
+        ]
         if stopped and not left:
-            log.info("stopped: the generation worker has ended%s, no thread is left",
-                     ", the model is closed" if app.state.session.closed else "")
+            log.info(
+                "stopped: the generation worker has ended%s, no thread is left",
+                ", the model is closed" if app.state.session.closed else "",
+            )
         else:
             log.warning("stopped, but threads are still running: %s", ", ".join(left) or "the generation worker")
     finally:

@@ -9,7 +9,8 @@ stay open.
 from __future__ import annotations
 
 import hmac
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .errors import APIError
 
@@ -37,9 +38,12 @@ class ApiKeyMiddleware:
             given = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
             if given is None or not self.matches(given):
                 what = "no API key was given" if given is None else "the API key is incorrect"
-                err = APIError(401, f"{what}: send the header 'Authorization: Bearer <key>' with the key "
-                                    "the server was started with (--api-key or PYMTP_API_KEY)",
-                               code="invalid_api_key")
+                err = APIError(
+                    401,
+                    f"{what}: send the header 'Authorization: Bearer <key>' with the key "
+                    "the server was started with (--api-key or PYMTP_API_KEY)",
+                    code="invalid_api_key",
+                )
                 response = err.response()
                 response.headers["WWW-Authenticate"] = "Bearer"
                 await response(scope, receive, send)

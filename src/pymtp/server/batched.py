@@ -25,12 +25,19 @@ class BatchRunner(RunnerBase):
 
     thread_name = "pymtp-batch"
 
-    def __init__(self, session: Session, metrics: Metrics | None = None, *, n_seq: int = 4,
-                 n_ctx: int | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> None:
+    def __init__(
+        self,
+        session: Session,
+        metrics: Metrics | None = None,
+        *,
+        n_seq: int = 4,
+        n_ctx: int | None = None,
+        max_queue: int = DEFAULT_MAX_QUEUE,
+    ) -> None:
         super().__init__(session, metrics, n_seq, max_queue)
         self.n_seq = n_seq
         self.n_ctx = n_ctx or session.n_ctx
-        self.max_batch = 0                    # the most texts one step has carried so far
+        self.max_batch = 0  # the most texts one step has carried so far
 
     def _work(self) -> None:
         try:
@@ -45,12 +52,12 @@ class BatchRunner(RunnerBase):
         try:
             while True:
                 self._expire_waiting()
-                got = self.queue.take(batch.free, wait=not live)     # waits only when idle
+                got = self.queue.take(batch.free, wait=not live)  # waits only when idle
                 if got is None:
                     break
                 for c in got:
                     self._admit(batch, c, live)
-                    self._stop(batch, live)         # a prefill takes a while: the cancels that came meanwhile
+                    self._stop(batch, live)  # a prefill takes a while: the cancels that came meanwhile
                 if not got:
                     self._stop(batch, live)
                 if live:
@@ -65,10 +72,17 @@ class BatchRunner(RunnerBase):
     def _admit(self, batch: Batch, c: Choice, live: dict) -> None:
         r = c.job.request
         try:
-            with self.session.lock:      # the model's tokenizer, and nobody else decoding meanwhile
+            with self.session.lock:  # the model's tokenizer, and nobody else decoding meanwhile
                 prompt = c.job.prompt()
-                item = batch.add(prompt, sampling=r.sampling, spec=r.spec, limits=r.limits,
-                                 constraint=r.new_constraint(), logprobs=r.wants_logprobs, top_logprobs=r.top_logprobs)
+                item = batch.add(
+                    prompt,
+                    sampling=r.sampling,
+                    spec=r.spec,
+                    limits=r.limits,
+                    constraint=r.new_constraint(),
+                    logprobs=r.wants_logprobs,
+                    top_logprobs=r.top_logprobs,
+                )
         except BaseException as e:  # noqa: BLE001 - handed to the request
             self.queue.release()
             c.ticket.put(c.index, "error", e)
@@ -96,7 +110,7 @@ class BatchRunner(RunnerBase):
                 self._cancelled(c, len(item.out.tokens))
             elif c.ticket.expired(now):
                 sent = item.out.sent
-                batch.cancel(item, "timeout")              # flushes the held text: send it
+                batch.cancel(item, "timeout")  # flushes the held text: send it
                 self._leave(live, seq)
                 self._report(c, item.out, item.out.text[sent:])
                 self._finished(c, item.result)
@@ -119,5 +133,5 @@ class BatchRunner(RunnerBase):
             self._report(c, item.out, piece)
         for seq, (item, c) in list(live.items()):
             if item.finished:
-                self._leave(live, seq)      # the gauges are exact before the outcome is handed over
+                self._leave(live, seq)  # the gauges are exact before the outcome is handed over
                 self._finished(c, item.result)

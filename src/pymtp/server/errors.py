@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -20,8 +21,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..errors import ContextFullError, PymtpError, UnsupportedError
 from .tickets import GenerationFailed, QueueFull, RequestTimeout, ShuttingDown
 
-__all__ = ["APIError", "REQUEST_ID", "bad_request", "from_exception", "install_error_handlers", "overloaded",
-           "shutting_down", "validation_error"]
+__all__ = [
+    "APIError",
+    "REQUEST_ID",
+    "bad_request",
+    "from_exception",
+    "install_error_handlers",
+    "overloaded",
+    "shutting_down",
+    "validation_error",
+]
 
 log = logging.getLogger("pymtp.server")
 
@@ -32,9 +41,15 @@ REQUEST_ID: ContextVar[str | None] = ContextVar("pymtp_request_id", default=None
 class APIError(Exception):
     """An error answered to the client with an HTTP status and an OpenAI-style error body."""
 
-    def __init__(self, status: int, message: str, param: str | None = None,
-                 type_: str = "invalid_request_error", code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        type_: str = "invalid_request_error",
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.type, self.code = status, message, param, type_, code
         self.headers = headers or {}
@@ -50,7 +65,7 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return APIError(400, message, param, code=code)
 
 
-def validation_error(errors: list[dict]) -> APIError:
+def validation_error(errors: Sequence[Mapping[str, Any]]) -> APIError:
     """A 400 naming the first invalid field (param) and listing every problem."""
     msgs, param = [], None
     for err in errors:
@@ -63,13 +78,19 @@ def validation_error(errors: list[dict]) -> APIError:
 
 def overloaded(message: str, retry_after: float, code: str = "server_overloaded") -> APIError:
     """A 503 telling the client to come back in retry_after seconds (the Retry-After header)."""
-    return APIError(503, message, type_="server_error", code=code,
-                    headers={"Retry-After": str(max(1, math.ceil(retry_after)))})
+    return APIError(
+        503, message, type_="server_error", code=code, headers={"Retry-After": str(max(1, math.ceil(retry_after)))}
+    )
 
 
 def shutting_down() -> APIError:
-    return APIError(503, "the server is shutting down: send the request to another instance or retry later",
-                    type_="server_error", code="shutting_down", headers={"Connection": "close"})
+    return APIError(
+        503,
+        "the server is shutting down: send the request to another instance or retry later",
+        type_="server_error",
+        code="shutting_down",
+        headers={"Connection": "close"},
+    )
 
 
 def from_exception(e: BaseException) -> APIError:
@@ -87,7 +108,7 @@ def from_exception(e: BaseException) -> APIError:
     if isinstance(e, QueueFull):
         return overloaded(f"the server is busy ({e}); retry later", 1)
     rid = REQUEST_ID.get()
-    if isinstance(e, GenerationFailed):          # logged by the worker already
+    if isinstance(e, GenerationFailed):  # logged by the worker already
         return APIError(500, f"{e} (request id {rid})", type_="server_error")
     if isinstance(e, PymtpError):
         return APIError(500, str(e), type_="server_error")

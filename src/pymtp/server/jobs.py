@@ -7,8 +7,9 @@ features are refused with a 400 naming the field, before anything runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -31,12 +32,20 @@ class JobMaker:
     "n_draft": 4}; checked here (ValueError). A model without MTP blocks decodes plainly unless a
     request sends speculative=true with drafter "lookup"."""
 
-    def __init__(self, session: Session, model_id: str, *, chat_template: str | None = None,
-                 defaults: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        model_id: str,
+        *,
+        chat_template: str | None = None,
+        defaults: dict[str, Any] | None = None,
+    ) -> None:
         self.session, self.model_id, self.chat_template = session, model_id, chat_template
         unknown = sorted(set(defaults or {}) - set(SETTINGS))
         if unknown:
-            raise ValueError(f"unknown request defaults: {', '.join(unknown)} (the settings are: {', '.join(SETTINGS)})")
+            raise ValueError(
+                f"unknown request defaults: {', '.join(unknown)} (the settings are: {', '.join(SETTINGS)})"
+            )
         self.defaults = {} if session.model.mtp_loaded else {"speculative": False}
         self.defaults.update(defaults or {})
         try:
@@ -69,6 +78,7 @@ class JobMaker:
         if not req.tools or req.tool_choice == "none":
             return None
         from ..tools import tool_format
+
         return list(req.tools), tool_format(self.chat_template or self.session.model.chat_template())
 
     def response_constraint(self, req: ChatCompletionRequest):
@@ -81,6 +91,7 @@ class JobMaker:
             raise bad_request(f"response_format type {kind!r}: use text, json_object or json_schema", "response_format")
         try:
             from ..grammar import Constraint
+
             if kind == "json_object":
                 return Constraint(self.session.model, json_object=True)
             schema = (rf.get("json_schema") or {}).get("schema")
@@ -88,8 +99,9 @@ class JobMaker:
                 raise ValueError("response_format json_schema needs json_schema.schema")
             return Constraint(self.session.model, json_schema=schema)
         except ImportError as e:
-            raise bad_request(f"structured output needs llguidance: pip install 'pymtp-llm[grammar]' ({e})",
-                              "response_format") from None
+            raise bad_request(
+                f"structured output needs llguidance: pip install 'pymtp-llm[grammar]' ({e})", "response_format"
+            ) from None
         except ValueError as e:
             raise bad_request(str(e), "response_format") from None
 
@@ -101,8 +113,10 @@ class JobMaker:
         from ..chat import _forced_tools
         from ..grammar import Constraint
         from ..tools import forced_call
+
         try:
             forced = _forced_tools(offered[0], req.tool_choice)
+            assert forced is not None  # tool_choice forces a call here
             return Constraint(self.session.model, **forced_call(forced, offered[1], self.session.model))
         except ValueError as e:
             raise bad_request(str(e), "tool_choice") from None
@@ -110,25 +124,35 @@ class JobMaker:
     def check_model(self, name: str | None) -> None:
         """The served model's id, or none (null, "" or the field left out), are accepted; others are 404."""
         if name and name != self.model_id:
-            raise APIError(404, f"The model '{name}' does not exist; this server serves '{self.model_id}' "
-                                "(GET /v1/models)", "model", "not_found_error", "model_not_found")
+            raise APIError(
+                404,
+                f"The model '{name}' does not exist; this server serves '{self.model_id}' (GET /v1/models)",
+                "model",
+                "not_found_error",
+                "model_not_found",
+            )
 
     @staticmethod
     def choices(req: CommonRequest, job: Job) -> list[Job]:
         """n jobs for n choices: each its own generation; choice i samples with seed + i when a seed is given."""
         n, r = req.n or 1, job.request
         seed = r.sampling.seed
-        return [job if i == 0 or seed is None else
-                replace(job, request=replace(r, sampling=r.sampling.model_copy(update={"seed": seed + i})))
-                for i in range(n)]
+        return [
+            job
+            if i == 0 or seed is None
+            else replace(job, request=replace(r, sampling=r.sampling.model_copy(update={"seed": seed + i})))
+            for i in range(n)
+        ]
 
     def job(self, req: CommonRequest, prompt: Callable[[], list[int]], extra_stop: tuple[str, ...] = ()) -> Job:
         """The Job of req (shared fields) with prompt; extra_stop is added to the request's stops."""
         options = flat_options(req.settings(), self.defaults)
         options["stop"] = merge_stops(options.get("stop"), extra_stop) or None
         options["logprobs"], options["top_logprobs"] = self.logprobs(req)
-        return Job(prompt, self.resolve(options, logprobs_param="top_logprobs" if isinstance(req.logprobs, bool)
-                                        else "logprobs"))
+        return Job(
+            prompt,
+            self.resolve(options, logprobs_param="top_logprobs" if isinstance(req.logprobs, bool) else "logprobs"),
+        )
 
     def resolve(self, options: dict[str, Any], logprobs_param: str = "top_logprobs") -> Request:
         """pymtp.request.resolve for this server's model, its errors as 400s naming the field."""
@@ -150,8 +174,9 @@ class JobMaker:
                 raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
             return req.logprobs, top
         if req.top_logprobs:
-            raise bad_request("top_logprobs is a chat completions parameter; completions take logprobs=n",
-                              "top_logprobs")
+            raise bad_request(
+                "top_logprobs is a chat completions parameter; completions take logprobs=n", "top_logprobs"
+            )
         return req.logprobs is not None, req.logprobs or 0
 
     def completion_prompt(self, req: CompletionRequest) -> Callable[[], list[int]]:
@@ -192,9 +217,14 @@ class JobMaker:
             if offered or any(m.tool_calls or m.role == "tool" for m in req.messages):
                 # tools, and turns with tool calls or results: the GGUF's Jinja template (pymtp.template)
                 from ..template import render_chat
-                text = render_chat(model, [m.model_dump(exclude_none=True) for m in req.messages],
-                                   template=self.chat_template, tools=list(req.tools) if req.tools else None,
-                                   tool_choice=req.tool_choice)
+
+                text = render_chat(
+                    model,
+                    [m.model_dump(exclude_none=True) for m in req.messages],
+                    template=self.chat_template,
+                    tools=list(req.tools) if req.tools else None,
+                    tool_choice=req.tool_choice,
+                )
                 return lambda: chat_prompt_tokens(model, text)
             messages = normalize_messages([m.model_dump() for m in req.messages])
         except ValueError as e:
@@ -202,8 +232,9 @@ class JobMaker:
         try:
             text = chat_prompt(model, messages, template=self.chat_template)
         except UnsupportedError as e:
-            raise bad_request(f"{e} (start the server with --template NAME, e.g. chatml)", "messages",
-                              "chat_template_missing") from None
+            raise bad_request(
+                f"{e} (start the server with --template NAME, e.g. chatml)", "messages", "chat_template_missing"
+            ) from None
         except PymtpError as e:
             raise bad_request(f"the chat template could not be applied: {e}", "messages") from None
         return lambda: chat_prompt_tokens(model, text)

@@ -48,7 +48,7 @@ class LogWriter(logging.Handler):
             self.dropped += 1
 
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
-        self.dropped += 1           # never the default: a traceback on sys.stderr, which may block
+        self.dropped += 1  # never the default: a traceback on sys.stderr, which may block
 
     def _write(self) -> None:
         while (line := self.lines.get()) is not None:
@@ -58,8 +58,8 @@ class LogWriter(logging.Handler):
             data = line.encode("utf-8", "replace")
             try:
                 while data:
-                    data = data[os.write(self.fd, data):]
-            except OSError:           # the reader is gone (EPIPE): nothing more can be written
+                    data = data[os.write(self.fd, data) :]
+            except OSError:  # the reader is gone (EPIPE): nothing more can be written
                 self.dropped += 1
 
     def close(self, timeout: float = 2.0) -> None:

@@ -20,19 +20,33 @@ from .errors import from_exception
 from .tickets import Ticket
 from .toolstream import ToolCallStream
 
-__all__ = ["ChatReply", "CompletionReply", "Reply", "finish_reason", "merged_stats", "spec_summary", "summary",
-           "usage"]
+__all__ = ["ChatReply", "CompletionReply", "Reply", "finish_reason", "merged_stats", "spec_summary", "summary", "usage"]
 
 _FINISH = {"stop": "stop", "length": "length", "context": "length", "timeout": "length"}
-_SUMMARY = ("acceptance_rate", "mean_accepted", "tokens_per_second", "acceptance_by_position", "tokens_per_step",
-            "n_steps", "n_drafted", "n_accepted", "t_prefill", "t_total")
+_SUMMARY = (
+    "acceptance_rate",
+    "mean_accepted",
+    "tokens_per_second",
+    "acceptance_by_position",
+    "tokens_per_step",
+    "n_steps",
+    "n_drafted",
+    "n_accepted",
+    "t_prefill",
+    "t_total",
+)
 
 
 def spec_summary(result: GenerationResult, speculative: bool) -> dict[str, Any]:
     """The ``pymtp`` extension object of a response (of one choice)."""
     stats = stats_dict(result.stats)
-    return {"speculative": speculative, **{k: stats[k] for k in _SUMMARY}, "finish_reason": result.finish_reason,
-            "n_reused": result.stats.n_reused, "reused_saved": result.stats.reused_saved}
+    return {
+        "speculative": speculative,
+        **{k: stats[k] for k in _SUMMARY},
+        "finish_reason": result.finish_reason,
+        "n_reused": result.stats.n_reused,
+        "reused_saved": result.stats.reused_saved,
+    }
 
 
 def merged_stats(results: list[GenerationResult]) -> SpecStats:
@@ -40,8 +54,18 @@ def merged_stats(results: list[GenerationResult]) -> SpecStats:
     total = SpecStats()
     for r in results:
         s = r.stats
-        for name in ("n_steps", "n_drafted", "n_accepted", "n_emitted", "n_prompt", "t_prefill", "t_draft",
-                     "t_verify", "t_total", "cooldown_steps"):
+        for name in (
+            "n_steps",
+            "n_drafted",
+            "n_accepted",
+            "n_emitted",
+            "n_prompt",
+            "t_prefill",
+            "t_draft",
+            "t_verify",
+            "t_total",
+            "cooldown_steps",
+        ):
             setattr(total, name, getattr(total, name) + getattr(s, name))
         for mine, theirs in ((total.drafted_at, s.drafted_at), (total.accepted_at, s.accepted_at)):
             mine.extend([0] * (len(theirs) - len(mine)))
@@ -56,16 +80,23 @@ def summary(results: list[GenerationResult], speculative: bool) -> dict[str, Any
     if len(results) == 1:
         return spec_summary(results[0], speculative)
     stats = stats_dict(merged_stats(results))
-    return {"speculative": speculative, **{k: stats[k] for k in _SUMMARY},
-            "choices": [spec_summary(r, speculative) for r in results]}
+    return {
+        "speculative": speculative,
+        **{k: stats[k] for k in _SUMMARY},
+        "choices": [spec_summary(r, speculative) for r in results],
+    }
 
 
-def usage(results: list[GenerationResult]) -> dict[str, int]:
+def usage(results: list[GenerationResult]) -> dict[str, Any]:
     """OpenAI's usage: the prompt once, the completion tokens of every choice; the prompt
     tokens taken from a cache as prompt_tokens_details.cached_tokens."""
     p, c = len(results[0].prompt_tokens), sum(len(r.tokens) for r in results)
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
-            "prompt_tokens_details": {"cached_tokens": results[0].stats.n_reused}}
+    return {
+        "prompt_tokens": p,
+        "completion_tokens": c,
+        "total_tokens": p + c,
+        "prompt_tokens_details": {"cached_tokens": results[0].stats.n_reused},
+    }
 
 
 def finish_reason(result: GenerationResult) -> str:
@@ -82,8 +113,8 @@ class Reply:
         self.id = f"{self.prefix}-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.model_id, self.speculative = model_id, speculative
-        self.piece = piece            # token -> bytes, for logprobs
-        self._sent_logprobs: dict[int, int] = {}     # streaming: tokens each choice's chunks carried
+        self.piece = piece  # token -> bytes, for logprobs
+        self._sent_logprobs: dict[int, int] = {}  # streaming: tokens each choice's chunks carried
 
     # ---- what differs between the endpoints ----
 
@@ -101,7 +132,7 @@ class Reply:
 
     def logprobs(self, result: GenerationResult) -> dict[str, Any]:
         """The logprobs object of a choice."""
-        return self.token_logprobs(result.tokens, result.logprobs, result.top_logprobs)
+        return self.token_logprobs(result.tokens, result.logprobs or [], result.top_logprobs)
 
     def token_logprobs(self, tokens: list[int], logprobs: list[float], tops: list | None) -> dict[str, Any]:
         """The logprobs object of these tokens (a whole choice, or a stream chunk's); tops: each
@@ -137,8 +168,9 @@ class Reply:
         out = self.envelope(self.chunk_object, [self.chunk_choice(index, text, finish)])
         if logprobs:
             tokens, lps, tops = zip(*logprobs)
-            out["choices"][0]["logprobs"] = self.token_logprobs(list(tokens), list(lps),
-                                                                None if tops[0] is None else list(tops))
+            out["choices"][0]["logprobs"] = self.token_logprobs(
+                list(tokens), list(lps), None if tops[0] is None else list(tops)
+            )
             self._sent_logprobs[index] = self._sent_logprobs.get(index, 0) + len(tokens)
         return out
 
@@ -151,8 +183,9 @@ class Reply:
         last["pymtp"] = spec_summary(result, self.speculative)
         return last
 
-    def streaming(self, ticket: Ticket, first: tuple[int, str, object] | None, include_usage: bool,
-                  on_error=None) -> StreamingResponse:
+    def streaming(
+        self, ticket: Ticket, first: tuple[int, str, Any] | None, include_usage: bool, on_error=None
+    ) -> StreamingResponse:
         """Server-sent events from the ticket's (choice index, kind, value) events (first already
         taken). Each choice's chunks carry its index. An error after the stream started is
         reported in-band and passed to on_error (the APIError). However the stream ends (the
@@ -161,7 +194,7 @@ class Reply:
 
         async def events():
             item, results, opened, failed = first, [], set(), False
-            pending: dict[int, list] = {}         # logprobs not sent yet, by choice
+            pending: dict[int, list] = {}  # logprobs not sent yet, by choice
             try:
                 while item is not None:
                     index, kind, value = item
@@ -203,8 +236,9 @@ class Reply:
             finally:
                 ticket.cancel()
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
 
     def _with_logprobs(self, chunks: list[dict[str, Any]], index: int, pending: dict[int, list]):
         """chunks, the first carrying the logprobs that wait for choice index (they wait on when
@@ -212,8 +246,9 @@ class Reply:
         if chunks and pending.get(index):
             lps = pending.pop(index)
             tokens, values, tops = zip(*lps)
-            chunks[0]["choices"][0]["logprobs"] = self.token_logprobs(list(tokens), list(values),
-                                                                      None if tops[0] is None else list(tops))
+            chunks[0]["choices"][0]["logprobs"] = self.token_logprobs(
+                list(tokens), list(values), None if tops[0] is None else list(tops)
+            )
             self._sent_logprobs[index] = self._sent_logprobs.get(index, 0) + len(tokens)
         return chunks
 
@@ -233,8 +268,11 @@ class CompletionReply(Reply):
         texts = [self.piece(t).decode("utf-8", "replace") for t in tokens]
         offsets = [sum(len(t) for t in texts[:i]) for i in range(len(texts))]
         # (tokens whose text is the same share a key: the likeliest one's value is kept)
-        top = None if tops is None else [{self.piece(t).decode("utf-8", "replace"): v for t, v in reversed(row)}
-                                         for row in tops]
+        top = (
+            None
+            if tops is None
+            else [{self.piece(t).decode("utf-8", "replace"): v for t, v in reversed(row)} for row in tops]
+        )
         return {"tokens": texts, "token_logprobs": logprobs, "top_logprobs": top, "text_offset": offsets}
 
 
@@ -246,14 +284,17 @@ class ChatReply(Reply):
 
     prefix, object, chunk_object = "chatcmpl", "chat.completion", "chat.completion.chunk"
 
-    def __init__(self, model_id: str, speculative: bool, tools: tuple[list[dict], str] | None = None,
-                 piece=None) -> None:
+    def __init__(
+        self, model_id: str, speculative: bool, tools: tuple[list[dict], str] | None = None, piece=None
+    ) -> None:
         super().__init__(model_id, speculative, piece)
         self.tools = tools
         self._streams: dict[int, ToolCallStream] = {}
 
     def _parsed(self, text: str):
         from ..tools import parse_tool_calls
+
+        assert self.tools is not None  # a tool reply is made for a request with tools
         return parse_tool_calls(text, self.tools[1], self.tools[0])
 
     def finish(self, result: GenerationResult) -> str:
@@ -269,18 +310,23 @@ class ChatReply(Reply):
         def entry(token: int, lp: float) -> dict[str, Any]:
             p = self.piece(token)
             return {"token": p.decode("utf-8", "replace"), "logprob": lp, "bytes": list(p)}
-        content = [{**entry(t, lp), "top_logprobs": [entry(a, v) for a, v in (tops[i] if tops else [])]}
-                   for i, (t, lp) in enumerate(zip(tokens, logprobs))]
+
+        content = [
+            {**entry(t, lp), "top_logprobs": [entry(a, v) for a, v in (tops[i] if tops else [])]}
+            for i, (t, lp) in enumerate(zip(tokens, logprobs))
+        ]
         return {"content": content, "refusal": None}
 
     def _stream(self, index: int) -> ToolCallStream:
         if index not in self._streams:
+            assert self.tools is not None
             self._streams[index] = ToolCallStream(self.tools[1], self.tools[0])
         return self._streams[index]
 
     def _delta_chunk(self, index: int, delta: dict[str, Any]) -> dict[str, Any]:
-        return self.envelope(self.chunk_object, [{"index": index, "delta": delta, "logprobs": None,
-                                                  "finish_reason": None}])
+        return self.envelope(
+            self.chunk_object, [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]
+        )
 
     def piece_chunks(self, index: int, text: str) -> list[dict[str, Any]]:
         if self.tools is None:

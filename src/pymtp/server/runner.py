@@ -16,16 +16,16 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import InvalidHandleError
 from ..request import Request
 from ..session import Session
 from ..stats import GenerationResult, SpecStats
 from ..textout import TextOutput
-from .metrics import Metrics
 from .errors import REQUEST_ID
+from .metrics import Metrics
 from .tickets import Choice, GenerationFailed, RequestTimeout, ShuttingDown, Ticket, TicketQueue
 
 __all__ = ["DEFAULT_MAX_QUEUE", "Job", "Runner", "RunnerBase"]
@@ -59,8 +59,8 @@ class RunnerBase:
         self.session = session
         self.metrics = metrics or Metrics()
         self.queue = TicketQueue(n_slots, max_queue, self.metrics)
-        self.steps = 0                        # steps the worker ran (read by cancel(), any thread)
-        self.stop_at: float | None = None     # drain(timeout): when whatever still runs is ended
+        self.steps = 0  # steps the worker ran (read by cancel(), any thread)
+        self.stop_at: float | None = None  # drain(timeout): when whatever still runs is ended
         self._start = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -136,11 +136,16 @@ class RunnerBase:
                 c.ticket.put(c.index, "error", ShuttingDown("the server is shutting down"))
             return
         for c in self.queue.expired(now):
-            if c.ticket.started:       # its other choices run: this one ends empty, like them at the deadline
+            if c.ticket.started:  # its other choices run: this one ends empty, like them at the deadline
                 c.ticket.put(c.index, "done", GenerationResult("", [], [], "timeout", SpecStats()))
             else:
-                c.ticket.put(c.index, "error", RequestTimeout("the request waited for a free slot until its "
-                                                              "deadline (the server's --request-timeout)"))
+                c.ticket.put(
+                    c.index,
+                    "error",
+                    RequestTimeout(
+                        "the request waited for a free slot until its deadline (the server's --request-timeout)"
+                    ),
+                )
 
     def _started(self, c: Choice, prompt: list[int]) -> None:
         c.ticket.started += 1
@@ -187,8 +192,7 @@ class Runner(RunnerBase):
 
     thread_name = "pymtp-generate"
 
-    def __init__(self, session: Session, metrics: Metrics | None = None, *,
-                 max_queue: int = DEFAULT_MAX_QUEUE) -> None:
+    def __init__(self, session: Session, metrics: Metrics | None = None, *, max_queue: int = DEFAULT_MAX_QUEUE) -> None:
         super().__init__(session, metrics, 1, max_queue)
 
     def _work(self) -> None:
@@ -214,12 +218,11 @@ class Runner(RunnerBase):
             constraint = r.new_constraint()
             with session.lock:
                 sp = session.speculator(r.sampling, r.spec)
-                session.generation += 1            # a paused stream on this session notices
+                session.generation += 1  # a paused stream on this session notices
                 mine = session.generation
                 sp.start(prompt, constraint=constraint, logprobs=logprobs, top_logprobs=r.top_logprobs)
             self._started(c, prompt)
-            out = TextOutput(session, r.limits, logprobs=logprobs, top_logprobs=r.top_logprobs,
-                             constraint=constraint)
+            out = TextOutput(session, r.limits, logprobs=logprobs, top_logprobs=r.top_logprobs, constraint=constraint)
             while out.finish is None:
                 now = time.monotonic()
                 if ticket.cancelled:

@@ -11,7 +11,7 @@ is not JSON gets a 400 naming where it breaks (line, column and character offset
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -27,8 +27,14 @@ SETTINGS = (*SamplingConfig.model_fields, *SpecConfig.model_fields, *GenerationC
 MAX_N = 16
 
 R = TypeVar("R", bound=BaseModel)
-_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
-               type(None): "null"}
+_JSON_TYPES = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 def parse_body(raw: bytes, cls: type[R]) -> R:
@@ -42,8 +48,10 @@ def parse_body(raw: bytes, cls: type[R]) -> R:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
-        raise bad_request(f"the request body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno} "
-                          f"(char {e.pos})", code="invalid_json") from None
+        raise bad_request(
+            f"the request body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno} (char {e.pos})",
+            code="invalid_json",
+        ) from None
     if not isinstance(obj, dict):
         kind = _JSON_TYPES.get(type(obj), type(obj).__name__)
         raise bad_request(f"the request body must be a JSON object, not {kind}")
@@ -60,16 +68,20 @@ def _optional(*models: type[BaseModel], wire: tuple[str, ...]) -> dict[str, Any]
     for model in models:
         for name, info in model.model_fields.items():
             if name not in wire:
-                kind = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
-                fields[name] = (Optional[kind], Field(None, description=info.description))
+                args = (info.annotation, *info.metadata)  # Annotated[T, *metadata], built at run time
+                kind = Annotated[args] if info.metadata else info.annotation  # type: ignore[valid-type]
+                # Optional[]: kind is a type form made at run time
+                fields[name] = (Optional[kind], Field(None, description=info.description))  # noqa: UP045
     return fields
 
 
 #: Every field of SamplingConfig, SpecConfig and GenerationConfig (pymtp.config) as an optional
 #: request field, so bounds cannot disagree with the Python API's; the wire forms below differ.
 SettingsFields = create_model(
-    "SettingsFields", __config__=ConfigDict(extra="ignore"),
-    **_optional(SamplingConfig, SpecConfig, GenerationConfig, wire=("logit_bias", "stop")))
+    "SettingsFields",
+    __config__=ConfigDict(extra="ignore"),
+    **_optional(SamplingConfig, SpecConfig, GenerationConfig, wire=("logit_bias", "stop")),
+)
 
 
 class CommonRequest(SettingsFields):
@@ -79,22 +91,25 @@ class CommonRequest(SettingsFields):
 
     model_config = ConfigDict(extra="ignore")
 
-    model: Optional[str] = None
-    n: Optional[int] = Field(None, ge=1, le=MAX_N)
-    stream: Optional[bool] = False
-    stream_options: Optional[dict[str, Any]] = None
-    stop: Optional[Union[str, list[str]]] = None
-    logit_bias: Optional[dict[str, float]] = None          # {"token id": bias}
-    logprobs: Optional[Union[bool, int]] = None
-    top_logprobs: Optional[int] = None
-    user: Optional[str] = None
-    speculative: Optional[bool] = None                     # false: plain decoding
+    if TYPE_CHECKING:  # SettingsFields' fields are made at run time; the ones read here by name
+        max_tokens: int | None
+
+    model: str | None = None
+    n: int | None = Field(None, ge=1, le=MAX_N)
+    stream: bool | None = False
+    stream_options: dict[str, Any] | None = None
+    stop: str | list[str] | None = None
+    logit_bias: dict[str, float] | None = None  # {"token id": bias}
+    logprobs: bool | int | None = None
+    top_logprobs: int | None = None
+    user: str | None = None
+    speculative: bool | None = None  # false: plain decoding
 
     def wants_usage(self) -> bool:
         """Whether a stream should end with a usage chunk (stream_options.include_usage)."""
         return bool((self.stream_options or {}).get("include_usage"))
 
-    def token_limit(self) -> Optional[int]:
+    def token_limit(self) -> int | None:
         """The most tokens the client asks for (None: the server's default)."""
         return self.max_tokens
 
@@ -108,28 +123,28 @@ class CommonRequest(SettingsFields):
 
 
 class CompletionRequest(CommonRequest):
-    prompt: Union[str, list[str], list[int], list[list[int]]]
-    echo: Optional[bool] = False
-    suffix: Optional[str] = None
-    best_of: Optional[int] = Field(None, ge=1)
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool | None = False
+    suffix: str | None = None
+    best_of: int | None = Field(None, ge=1)
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: str
-    content: Optional[Union[str, list[Any]]] = None
-    tool_calls: Optional[list[Any]] = None       # an assistant turn's calls
-    tool_call_id: Optional[str] = None           # a tool turn's answer to one
-    name: Optional[str] = None
+    content: str | list[Any] | None = None
+    tool_calls: list[Any] | None = None  # an assistant turn's calls
+    tool_call_id: str | None = None  # a tool turn's answer to one
+    name: str | None = None
 
 
 class ChatCompletionRequest(CommonRequest):
     messages: list[ChatMessage] = Field(..., min_length=1)
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
-    tools: Optional[list[Any]] = None
-    tool_choice: Optional[Any] = None
-    response_format: Optional[dict[str, Any]] = None
+    max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list[Any] | None = None
+    tool_choice: Any | None = None
+    response_format: dict[str, Any] | None = None
 
-    def token_limit(self) -> Optional[int]:
+    def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

@@ -57,18 +57,18 @@ class Ticket:
 
     def __init__(self, jobs: list[Job], loop: asyncio.AbstractEventLoop, deadline: float | None = None) -> None:
         self.jobs = jobs
-        self.deadline = deadline              # time.monotonic() past which the request stops
-        self.request_id: str | None = None    # for the worker's log
+        self.deadline = deadline  # time.monotonic() past which the request stops
+        self.request_id: str | None = None  # for the worker's log
         self._loop = loop
         self._events: asyncio.Queue = asyncio.Queue()
-        self._left = len(jobs)                # choices whose outcome was not read yet
+        self._left = len(jobs)  # choices whose outcome was not read yet
         self._failed = False
-        self.cancelled = False                # set once, by cancel()
+        self.cancelled = False  # set once, by cancel()
         self.cancel_time: float | None = None
-        self.cancel_step = 0                  # the worker's step count when it was cancelled
-        self.steps = lambda: 0                # the worker's step counter (set by the runner)
-        self.started = 0                      # choices that got a slot (worker side)
-        self.prompt_tokens = 0                # for the access log (worker side)
+        self.cancel_step = 0  # the worker's step count when it was cancelled
+        self.steps = lambda: 0  # the worker's step counter (set by the runner)
+        self.started = 0  # choices that got a slot (worker side)
+        self.prompt_tokens = 0  # for the access log (worker side)
         self.completion_tokens = [0] * len(jobs)
 
     # ---- the worker's side ----
@@ -77,7 +77,7 @@ class Ticket:
         """Hand an event to the event loop (from any thread)."""
         try:
             self._loop.call_soon_threadsafe(self._events.put_nowait, (index, kind, value))
-        except RuntimeError:      # the loop is closed: nobody is listening any more
+        except RuntimeError:  # the loop is closed: nobody is listening any more
             pass
 
     def expired(self, now: float) -> bool:
@@ -132,7 +132,7 @@ class Choice:
     ticket: Ticket
     index: int
     job: Job
-    reported: int = 0                 # tokens whose logprobs went out already
+    reported: int = 0  # tokens whose logprobs went out already
 
 
 class TicketQueue:
@@ -142,12 +142,12 @@ class TicketQueue:
         if max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
         self.n_slots, self.max_queue = n_slots, max_queue
-        self.metrics = metrics or Metrics()     # its queue_depth and running gauges follow this queue
+        self.metrics = metrics or Metrics()  # its queue_depth and running gauges follow this queue
         self._cond = threading.Condition()
         self._pending: deque[Choice] = deque()
-        self._waiting: dict[int, int] = {}     # id(ticket) -> its choices still pending
-        self.running = 0                       # choices taken and not released (holding a slot)
-        self.draining = False                  # set without the lock: a signal handler may set it
+        self._waiting: dict[int, int] = {}  # id(ticket) -> its choices still pending
+        self.running = 0  # choices taken and not released (holding a slot)
+        self.draining = False  # set without the lock: a signal handler may set it
         self.closed = False
 
     # ---- the event loop's side ----
@@ -185,7 +185,7 @@ class TicketQueue:
                 self._cond.wait()
             if self.closed:
                 return None
-            out = []
+            out: list = []
             while self._pending and len(out) < n:
                 c = self._pending.popleft()
                 self._left_pending(c.ticket)

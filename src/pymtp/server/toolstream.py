@@ -55,12 +55,12 @@ def _escaped(text: str) -> str:
 class _Arg:
     """glm45 / qwen3_xml: an argument whose value is being read."""
 
-    start: int              # where its value starts in the call's body
-    is_str: bool            # a string parameter: its text streams; other values go when their tag closes
+    start: int  # where its value starts in the call's body
+    is_str: bool  # a string parameter: its text streams; other values go when their tag closes
     schema: Any
-    prefix: str             # ', "key": ' (sent at once before a string, with the value otherwise)
-    sent: int = 0           # characters of a string value sent
-    ready: bool = False     # qwen3_xml: the newline that may open the value was looked for
+    prefix: str  # ', "key": ' (sent at once before a string, with the value otherwise)
+    sent: int = 0  # characters of a string value sent
+    ready: bool = False  # qwen3_xml: the newline that may open the value was looked for
 
 
 class _Call:
@@ -72,13 +72,18 @@ class _Call:
         self.args = ""
 
     def header(self) -> dict[str, Any]:
-        return {"index": self.index, "id": self.id, "type": "function",
-                "function": {"name": self.name, "arguments": ""}}
+        return {
+            "index": self.index,
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": ""},
+        }
 
     def confirmed_by(self, call: dict) -> bool:
         try:
-            return (call["function"]["name"] == self.name
-                    and json.loads(call["function"]["arguments"]) == json.loads(self.args))
+            return call["function"]["name"] == self.name and json.loads(call["function"]["arguments"]) == json.loads(
+                self.args
+            )
         except ValueError:
             return False
 
@@ -92,14 +97,14 @@ class ToolCallStream:
         self.fmt, self.tools = fmt, tools
         self.schemas = _tool_schemas(tools)
         self.text = ""
-        self.pos = 0                  # text[:pos] is handled
-        self.raw = ""                 # the text before the first call (as far as it is known)
-        self.sent = ""                # the content sent
+        self.pos = 0  # text[:pos] is handled
+        self.raw = ""  # the text before the first call (as far as it is known)
+        self.sent = ""  # the content sent
         self.calls: list[_Call] = []  # the streamed calls, in order
-        self.in_call = False          # a call's body starts at body_at
+        self.in_call = False  # a call's body starts at body_at
         self.body_at = 0
-        self.seen_call = False        # a <tool_call> came: later text waits for finish()
-        self.whole = False            # a call could not be streamed: it and every later one go whole
+        self.seen_call = False  # a <tool_call> came: later text waits for finish()
+        self.whole = False  # a call could not be streamed: it and every later one go whole
         self._out: list[dict] = []
         self._reset_call()
 
@@ -115,11 +120,11 @@ class ToolCallStream:
         self._advance(final=True)
         final = parse_tool_calls(self.text, self.fmt, self.tools)
         calls = final.tool_calls
-        for i, call in enumerate(calls[len(self.calls):], start=len(self.calls)):
+        for i, call in enumerate(calls[len(self.calls) :], start=len(self.calls)):
             self._tool({"index": i, **call})
         content = (final.content or "").lstrip()
         if content.startswith(self.sent) and len(content) > len(self.sent):
-            self._content(content[len(self.sent):])
+            self._content(content[len(self.sent) :])
         return self._take()
 
     def streamed_all(self) -> bool:
@@ -142,7 +147,7 @@ class ToolCallStream:
     def _tool(self, delta: dict) -> None:
         last = self._out[-1]["tool_calls"][-1] if self._out and "tool_calls" in self._out[-1] else None
         if last is not None and last["index"] == delta["index"] and set(delta) == {"index", "function"}:
-            last["function"]["arguments"] += delta["function"]["arguments"]    # one delta per feed and call
+            last["function"]["arguments"] += delta["function"]["arguments"]  # one delta per feed and call
         else:
             self._out.append({"tool_calls": [delta]})
 
@@ -160,9 +165,9 @@ class ToolCallStream:
                 j = self.text.find(MARK, self.pos)
                 end = j if j >= 0 else len(self.text) if final else len(self.text) - _held(self.text, MARK)
                 if not self.seen_call:
-                    self.raw += self.text[self.pos:end]
+                    self.raw += self.text[self.pos : end]
                     visible = self.raw.strip()
-                    self._content(visible[len(self.sent):])
+                    self._content(visible[len(self.sent) :])
                 self.pos = max(self.pos, end)
                 if j < 0:
                     return
@@ -172,13 +177,13 @@ class ToolCallStream:
             k = self.text.find(END, self.body_at)
             complete = k >= 0 or final
             if not self.whole:
-                self._call_body(self.text[self.body_at:k if k >= 0 else len(self.text)], complete)
+                self._call_body(self.text[self.body_at : k if k >= 0 else len(self.text)], complete)
             if not complete:
                 return
             if self.announced is not None:
                 self._close_args()
             elif not self.whole:
-                self.whole = True              # never announced: this call and the later ones go whole
+                self.whole = True  # never announced: this call and the later ones go whole
             self.in_call = False
             self.pos = k + len(END) if k >= 0 else len(self.text)
             if k < 0:
@@ -186,10 +191,10 @@ class ToolCallStream:
 
     def _reset_call(self) -> None:
         self.announced: _Call | None = None
-        self.cursor = 0               # where the body's next argument starts
-        self.scanned = 0              # hermes: arguments text scanned
+        self.cursor = 0  # where the body's next argument starts
+        self.scanned = 0  # hermes: arguments text scanned
         self.depth, self.in_str, self.esc, self.args_done = 0, False, False, False
-        self.arg: _Arg | None = None          # glm/xml: the argument being read
+        self.arg: _Arg | None = None  # glm/xml: the argument being read
         self.n_args = 0
 
     def _announce(self, name: str) -> bool:
@@ -212,9 +217,9 @@ class ToolCallStream:
     def _hermes(self, body: str, complete: bool) -> None:
         if self.announced is None:
             m = _HERMES_HEAD.match(body)
-            if m is None or m.end() == len(body):          # the arguments' first character is not here yet
+            if m is None or m.end() == len(body):  # the arguments' first character is not here yet
                 return
-            if body[m.end()] != "{":                       # a JSON string of arguments, or worse: whole
+            if body[m.end()] != "{":  # a JSON string of arguments, or worse: whole
                 self.whole = True
                 return
             try:
@@ -225,7 +230,7 @@ class ToolCallStream:
             if not self._announce(name):
                 return
             self.cursor = m.end()
-        args = body[self.cursor:]
+        args = body[self.cursor :]
         start = self.scanned
         while self.scanned < len(args) and not self.args_done:
             ch = args[self.scanned]
@@ -244,7 +249,7 @@ class ToolCallStream:
             elif ch in "}]":
                 self.depth -= 1
                 self.args_done = self.depth == 0
-        self._args(args[start:self.scanned])
+        self._args(args[start : self.scanned])
 
     # ---- glm45 and qwen3_xml: one tag pair per argument ----
 
@@ -270,6 +275,7 @@ class ToolCallStream:
                 return
             self.cursor = at
             self._args("{")
+        assert self.announced is not None  # _announce() made it
         props = (self.schemas or {}).get(self.announced.name, {}).get("properties", {})
         close_tag = "</arg_value>" if glm else "</parameter>"
         while True:
@@ -285,26 +291,27 @@ class ToolCallStream:
                 if arg.is_str:
                     self._args(prefix + '"')
             arg = self.arg
-            if not glm and not arg.ready:                  # <parameter=k>\n?value\n?</parameter>
+            if not glm and not arg.ready:  # <parameter=k>\n?value\n?</parameter>
                 if arg.start == len(body) and not complete:
                     return
                 arg.start += body.startswith("\n", arg.start)
                 arg.ready = True
             close = body.find(close_tag, arg.start)
-            value = body[arg.start:close if close >= 0 else len(body)]
+            value = body[arg.start : close if close >= 0 else len(body)]
             if close < 0:
                 if arg.is_str:
-                    hold = _held(value, close_tag) if glm else max(_held(value, close_tag),
-                                                                   _held(value, "\n" + close_tag))
+                    hold = (
+                        _held(value, close_tag) if glm else max(_held(value, close_tag), _held(value, "\n" + close_tag))
+                    )
                     safe = len(value) - hold
                     if safe > arg.sent:
-                        self._args(_escaped(value[arg.sent:safe]))
+                        self._args(_escaped(value[arg.sent : safe]))
                         arg.sent = safe
                 return
             if not glm and value.endswith("\n"):
                 value = value[:-1]
             if arg.is_str:
-                self._args(_escaped(value[arg.sent:]) + '"')
+                self._args(_escaped(value[arg.sent :]) + '"')
             else:
                 self._args(arg.prefix + json.dumps(_value(value, arg.schema), ensure_ascii=False))
             self.cursor = close + len(close_tag)
@@ -313,5 +320,5 @@ class ToolCallStream:
     def _close_args(self) -> None:
         if self.fmt != "hermes":
             if self.arg is not None and self.arg.is_str:
-                self._args('"')                           # a string value cut short
+                self._args('"')  # a string value cut short
             self._args("}")

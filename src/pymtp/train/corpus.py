@@ -20,6 +20,7 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import cast
 
 TASKS = [
     "Write a Python function that {code}.",
@@ -34,28 +35,76 @@ TASKS = [
     "Write a short story that involves {topic}.",
 ]
 TOPICS = [
-    "photosynthesis", "the water cycle", "black holes", "the French Revolution", "machine learning",
-    "healthy sleep", "volcanoes", "the stock market", "climate change", "the human heart",
-    "electric cars", "the Roman Empire", "honeybees", "the internet", "recycling", "gravity",
-    "coffee", "the moon landing", "vaccines", "renewable energy", "the piano", "chess", "rainforests",
-    "democracy", "earthquakes", "the printing press", "dinosaurs", "meditation", "bread baking",
-    "the Olympic Games", "cloud computing", "ocean tides", "the immune system", "public libraries",
-    "solar panels", "the Great Wall of China", "time management", "bicycles", "DNA", "museums",
+    "photosynthesis",
+    "the water cycle",
+    "black holes",
+    "the French Revolution",
+    "machine learning",
+    "healthy sleep",
+    "volcanoes",
+    "the stock market",
+    "climate change",
+    "the human heart",
+    "electric cars",
+    "the Roman Empire",
+    "honeybees",
+    "the internet",
+    "recycling",
+    "gravity",
+    "coffee",
+    "the moon landing",
+    "vaccines",
+    "renewable energy",
+    "the piano",
+    "chess",
+    "rainforests",
+    "democracy",
+    "earthquakes",
+    "the printing press",
+    "dinosaurs",
+    "meditation",
+    "bread baking",
+    "the Olympic Games",
+    "cloud computing",
+    "ocean tides",
+    "the immune system",
+    "public libraries",
+    "solar panels",
+    "the Great Wall of China",
+    "time management",
+    "bicycles",
+    "DNA",
+    "museums",
 ]
 CODE = [
-    "reverses a string", "checks whether a number is prime", "computes the factorial of n",
-    "returns the n-th Fibonacci number", "counts the vowels in a string", "merges two sorted lists",
-    "removes duplicates from a list while keeping order", "finds the largest element of a list",
-    "checks whether a string is a palindrome", "flattens a nested list", "converts Celsius to Fahrenheit",
-    "reads a text file and counts its words", "returns the greatest common divisor of two numbers",
-    "sorts a list of dictionaries by a key", "computes the mean and median of a list",
-    "checks whether two strings are anagrams", "implements binary search", "parses a CSV line",
-    "groups words by their first letter", "validates an email address with a regular expression",
+    "reverses a string",
+    "checks whether a number is prime",
+    "computes the factorial of n",
+    "returns the n-th Fibonacci number",
+    "counts the vowels in a string",
+    "merges two sorted lists",
+    "removes duplicates from a list while keeping order",
+    "finds the largest element of a list",
+    "checks whether a string is a palindrome",
+    "flattens a nested list",
+    "converts Celsius to Fahrenheit",
+    "reads a text file and counts its words",
+    "returns the greatest common divisor of two numbers",
+    "sorts a list of dictionaries by a key",
+    "computes the mean and median of a list",
+    "checks whether two strings are anagrams",
+    "implements binary search",
+    "parses a CSV line",
+    "groups words by their first letter",
+    "validates an email address with a regular expression",
 ]
 OPENINGS = [
-    "The history of {topic} begins", "Most people do not realize that {topic}",
-    "In this article, we look at {topic}", "When I first learned about {topic},",
-    "Scientists have long studied {topic}", "Here is a simple guide to {topic}.",
+    "The history of {topic} begins",
+    "Most people do not realize that {topic}",
+    "In this article, we look at {topic}",
+    "When I first learned about {topic},",
+    "Scientists have long studied {topic}",
+    "Here is a simple guide to {topic}.",
 ]
 
 
@@ -97,12 +146,26 @@ def generate_texts(model, out: Path, *, n_chat: int, n_prose: int, max_tokens: i
         for i, (kind, src) in enumerate(jobs):
             held = held_out(src)
             ptoks = prompt_tokens(model, kind, src)
-            r = pymtp.generate(ptoks, model, max_tokens=max_tokens, speculative=False,
-                               temperature=0.0 if held else 0.7, top_p=0.9, seed=rng.randrange(1 << 30))
-            f.write(json.dumps({"kind": kind, "source": src, "held_out": held, "prompt": ptoks,
-                                "completion": r.tokens}) + "\n")
+            r = pymtp.generate(
+                ptoks,
+                model,
+                max_tokens=max_tokens,
+                speculative=False,
+                temperature=0.0 if held else 0.7,
+                top_p=0.9,
+                seed=rng.randrange(1 << 30),
+            )
+            r = cast(pymtp.GenerationResult, r)  # one prompt, one result
+            f.write(
+                json.dumps({"kind": kind, "source": src, "held_out": held, "prompt": ptoks, "completion": r.tokens})
+                + "\n"
+            )
             if i % 25 == 0:
-                print(f"  generated {i + 1}/{len(jobs)} ({kind}, {len(r.tokens)} tokens, {r.stats.tokens_per_second:.0f} tok/s)", flush=True)
+                print(
+                    f"  generated {i + 1}/{len(jobs)} ({kind}, {len(r.tokens)} tokens, "
+                    f"{r.stats.tokens_per_second:.0f} tok/s)",
+                    flush=True,
+                )
     return out
 
 
@@ -132,15 +195,16 @@ def code_prompts(model, *, n: int, seed: int, n_tokens: int = 64) -> list[tuple[
             starts = [i + 1 for i, c in enumerate(text[:-200]) if c == "\n"]
             if not starts:
                 continue
-            toks = model.tokenize(text[rng.choice(starts):], add_special=False)[:n_tokens]
+            toks = model.tokenize(text[rng.choice(starts) :], add_special=False)[:n_tokens]
             if len(toks) == n_tokens:
                 out.append((held, toks))
                 taken += 1
     return out
 
 
-def generate_many(model, out: Path, *, n_code: int, max_tokens: int, seed: int, batch: int = 64,
-                  greedy_share: float = 0.5) -> Path:
+def generate_many(
+    model, out: Path, *, n_code: int, max_tokens: int, seed: int, batch: int = 64, greedy_share: float = 0.5
+) -> Path:
     """More of the trunk's own text, `batch` prompts to a pymtp.generate call (8 decode
     together, a finished one's slot takes the next): every instruction (chat) and opening
     (prose), plus n_code continuations of stdlib code. Held-out items are greedy; a
@@ -158,27 +222,49 @@ def generate_many(model, out: Path, *, n_code: int, max_tokens: int, seed: int, 
     greedy = [j for j, g in zip(jobs, is_greedy) if g]
     sampled = [j for j, g in zip(jobs, is_greedy) if not g]
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_suffix(".partial")      # whole chunks written so far: a rerun goes on from there
+    partial = out.with_suffix(".partial")  # whole chunks written so far: a rerun goes on from there
     have = partial.read_text().splitlines(keepends=True) if partial.exists() else []
     done = 0
     with open(partial, "w") as f:
         for group, temp in ((greedy, 0.0), (sampled, 0.7)):
             for i in range(0, len(group), batch):
-                chunk = group[i:i + batch]
+                chunk = group[i : i + batch]
                 seed_ = rng.randrange(1 << 30)
                 if done + len(chunk) <= len(have):
-                    f.writelines(have[done:done + len(chunk)])
+                    f.writelines(have[done : done + len(chunk)])
                     done += len(chunk)
                     continue
                 t0 = time.time()
-                rs = pymtp.generate([j[3] for j in chunk], model, max_tokens=max_tokens, speculative=False,
-                                    temperature=temp, top_p=0.9, seed=seed_)
+                rs = pymtp.generate(
+                    [j[3] for j in chunk],
+                    model,
+                    max_tokens=max_tokens,
+                    speculative=False,
+                    temperature=temp,
+                    top_p=0.9,
+                    seed=seed_,
+                )
+                rs = cast("list[pymtp.GenerationResult]", rs)  # a list of prompts, a list of results
                 for (kind, src, held, ptoks), r in zip(chunk, rs):
-                    f.write(json.dumps({"kind": kind, "source": src, "held_out": held, "prompt": list(ptoks),
-                                        "completion": r.tokens, "temperature": temp}) + "\n")
+                    f.write(
+                        json.dumps(
+                            {
+                                "kind": kind,
+                                "source": src,
+                                "held_out": held,
+                                "prompt": list(ptoks),
+                                "completion": r.tokens,
+                                "temperature": temp,
+                            }
+                        )
+                        + "\n"
+                    )
                 done += len(chunk)
                 f.flush()
-                print(f"  generated {done}/{len(jobs)} (T={temp}, {sum(len(r.tokens) for r in rs)} tokens in "
-                      f"{time.time() - t0:.1f} s)", flush=True)
+                print(
+                    f"  generated {done}/{len(jobs)} (T={temp}, {sum(len(r.tokens) for r in rs)} tokens in "
+                    f"{time.time() - t0:.1f} s)",
+                    flush=True,
+                )
     partial.replace(out)
     return out

@@ -75,7 +75,7 @@ def vocab_from_tokenizer_json(tok_json: str) -> tuple[list[str], list[str]]:
     """(tokens by id, merges as 'a b' strings) from a tokenizers JSON dump."""
     d = json.loads(tok_json)
     vocab = d["model"]["vocab"]
-    tokens = [None] * len(vocab)
+    tokens: list = [None] * len(vocab)
     for t, i in vocab.items():
         tokens[i] = t
     for a in d.get("added_tokens", []):

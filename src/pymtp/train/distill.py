@@ -41,8 +41,15 @@ import torch
 import torch.nn.functional as F
 
 from . import corpus, data
-from .head import (HeadConfig, NextNHead, gguf_weights, init_from_trunk_block, num_params, read_head_gguf,
-                   write_head_gguf)
+from .head import (
+    HeadConfig,
+    NextNHead,
+    gguf_weights,
+    init_from_trunk_block,
+    num_params,
+    read_head_gguf,
+    write_head_gguf,
+)
 from .records import RECORDS_DIR, record_path
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
@@ -65,8 +72,20 @@ def make_teacher(work: Path, cfg: HeadConfig, seed: int) -> tuple[Path, NextNHea
     if not plain.exists():
         convert.write_glm4moe(src, plain, f16=True)
     last = cfg.n_trunk - 1
-    names = {f"blk.{last}.{n}.weight" for n in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                                                "post_attention_norm", "ffn_gate", "ffn_up", "ffn_down")}
+    names = {
+        f"blk.{last}.{n}.weight"
+        for n in (
+            "attn_norm",
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "post_attention_norm",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        )
+    }
     seed_all(seed)
     head = NextNHead(cfg)
     init_from_trunk_block(head, gguf_weights(plain, names | {"output_norm.weight"}), last)
@@ -89,7 +108,7 @@ def windows(model, texts: list[dict]) -> list[tuple[str, bool, list[int]]]:
                 continue
             toks = model.tokenize(text, add_special=False)
             for i in range(0, len(toks), WINDOW):
-                w = toks[i:i + WINDOW]
+                w = toks[i : i + WINDOW]
                 if len(w) >= 64:
                     out.append(("code", held, w))
     for t in texts:
@@ -123,17 +142,26 @@ def extract_rows(teacher: Path, wins, out: Path, code_tokens: int, seed: int, n_
         flags = np.zeros(len(w), np.uint8)
         flags[-1] = 1
         ctx.decode(w, 0, output=flags)
-        rows.append(ctx.hidden().astype(np.float16))     # a copy: the view dies at the next decode
+        rows.append(ctx.hidden().astype(np.float16))  # a copy: the view dies at the next decode
         toks.append(np.asarray(w, np.int32))
         offs.append(offs[-1] + len(w))
         kinds.append(kind)
         held.append(h)
         if i % 100 == 0:
-            print(f"  rows {i + 1}/{len(picked)} windows, {offs[-1]} tokens, {offs[-1] / (time.time() - t0):.0f} tok/s", flush=True)
+            print(
+                f"  rows {i + 1}/{len(picked)} windows, {offs[-1]} tokens, {offs[-1] / (time.time() - t0):.0f} tok/s",
+                flush=True,
+            )
     ctx.close()
     model.close()
-    np.savez(out, tokens=np.concatenate(toks), hidden=np.concatenate(rows), offsets=np.asarray(offs, np.int64),
-             kinds=np.asarray(kinds), held_out=np.asarray(held))
+    np.savez(
+        out,
+        tokens=np.concatenate(toks),
+        hidden=np.concatenate(rows),
+        offsets=np.asarray(offs, np.int64),
+        kinds=np.asarray(kinds),
+        held_out=np.asarray(held),
+    )
 
 
 class Rows:
@@ -147,15 +175,19 @@ class Rows:
         self.kinds = [str(z["kinds"][i]) for i in keep if offs[i + 1] - offs[i] >= 8]
 
     def batch(self, rng: np.random.Generator, n: int, seq: int):
-        x, h, ht, mask = (np.zeros((n, seq), np.int64), np.zeros((n, seq, self.hidden.shape[1]), np.float32),
-                          np.zeros((n, seq, self.hidden.shape[1]), np.float32), np.zeros((n, seq), bool))
+        x, h, ht, mask = (
+            np.zeros((n, seq), np.int64),
+            np.zeros((n, seq, self.hidden.shape[1]), np.float32),
+            np.zeros((n, seq, self.hidden.shape[1]), np.float32),
+            np.zeros((n, seq), bool),
+        )
         for b, i in enumerate(rng.integers(0, len(self.spans), size=n)):
             s, e = self.spans[i]
-            L = min(seq, e - s - 1)               # positions p with p+1 inside the window
+            L = min(seq, e - s - 1)  # positions p with p+1 inside the window
             o = s + int(rng.integers(0, e - s - 1 - L + 1))
-            x[b, :L] = self.tokens[o + 1:o + 1 + L]
-            h[b, :L] = self.hidden[o:o + L]
-            ht[b, :L] = self.hidden[o + 1:o + 1 + L]
+            x[b, :L] = self.tokens[o + 1 : o + 1 + L]
+            h[b, :L] = self.hidden[o : o + L]
+            ht[b, :L] = self.hidden[o + 1 : o + 1 + L]
             mask[b, :L] = True
         return torch.from_numpy(x), torch.from_numpy(h), torch.from_numpy(ht), torch.from_numpy(mask)
 
@@ -182,8 +214,21 @@ def vocab_subset(tokens: np.ndarray, n_vocab: int, size: int) -> tuple[torch.Ten
     return torch.from_numpy(sub), float(counts[sub].sum() / counts.sum())
 
 
-def fit(head, train: Rows, held: Rows, W, Wsub, *, steps: int, lr: float, batch: int, seq: int,
-        mse_weight: float, seed: int, step0: int = 0) -> list[dict]:
+def fit(
+    head,
+    train: Rows,
+    held: Rows,
+    W,
+    Wsub,
+    *,
+    steps: int,
+    lr: float,
+    batch: int,
+    seq: int,
+    mse_weight: float,
+    seed: int,
+    step0: int = 0,
+) -> list[dict]:
     """AdamW with warm-up and cosine decay; the curve: train figures every 10 steps, held-out
     every 50 (steps numbered from step0, so two stages make one curve)."""
     seed_all(seed)
@@ -191,7 +236,8 @@ def fit(head, train: Rows, held: Rows, W, Wsub, *, steps: int, lr: float, batch:
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     warm = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))
+    )
     eval_batches = [held.batch(np.random.default_rng(seed + 1 + i), batch, seq) for i in range(4)]
     curve = []
     head.train()
@@ -200,27 +246,44 @@ def fit(head, train: Rows, held: Rows, W, Wsub, *, steps: int, lr: float, batch:
         if step % 50 == 0 or step == steps:
             head.eval()
             with torch.no_grad():
-                ev = [loss_fn(head, W, Wsub, *b, mse_weight) for b in eval_batches]
+                ev = [loss_fn(head, W, Wsub, *b, mse_weight) for b in eval_batches]  # type: ignore[call-arg]
             head.train()
             ekl = float(np.mean([e[1] for e in ev]))
             eacc = float(np.mean([e[2] for e in ev]))
-            curve.append({"step": step0 + step, "held_kl": round(ekl, 5), "held_top1": round(eacc, 5),
-                          "seconds": round(time.time() - t0, 1)})
-            print(f"step {step0 + step}: held-out KL {ekl:.4f}, top-1 agreement {eacc:.4f} ({time.time() - t0:.0f} s)",
-                  flush=True)
+            curve.append(
+                {
+                    "step": step0 + step,
+                    "held_kl": round(ekl, 5),
+                    "held_top1": round(eacc, 5),
+                    "seconds": round(time.time() - t0, 1),
+                }
+            )
+            print(
+                f"step {step0 + step}: held-out KL {ekl:.4f}, top-1 agreement {eacc:.4f} ({time.time() - t0:.0f} s)",
+                flush=True,
+            )
         if step == steps:
             break
-        loss, kl, acc = loss_fn(head, W, Wsub, *train.batch(rng, batch, seq), mse_weight)
+        loss, kl, acc = loss_fn(head, W, Wsub, *train.batch(rng, batch, seq), mse_weight)  # type: ignore[call-arg]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
         sched.step()
         if step % 10 == 0:
-            curve.append({"step": step0 + step, "train_loss": round(float(loss), 5), "train_kl": round(float(kl), 5),
-                          "train_top1": round(float(acc), 5), "seconds": round(time.time() - t0, 1)})
-            print(f"  step {step0 + step}: train KL {float(kl):.4f}, top-1 {float(acc):.3f} ({time.time() - t0:.0f} s)",
-                  flush=True)
+            curve.append(
+                {
+                    "step": step0 + step,
+                    "train_loss": round(float(loss), 5),
+                    "train_kl": round(float(kl), 5),
+                    "train_top1": round(float(acc), 5),
+                    "seconds": round(time.time() - t0, 1),
+                }
+            )
+            print(
+                f"  step {step0 + step}: train KL {float(kl):.4f}, top-1 {float(acc):.3f} ({time.time() - t0:.0f} s)",
+                flush=True,
+            )
     head.eval()
     return curve
 
@@ -244,30 +307,51 @@ def rows_for(teacher: Path, texts: Path, out: Path, code_tokens: int, seed: int,
     return out
 
 
-def train_stage(stage: int, head, rows: Path, path: Path, W, args, steps: int, lr: float, step0: int,
-                meta: dict) -> list[dict]:
+def train_stage(
+    stage: int, head, rows: Path, path: Path, W, args, steps: int, lr: float, step0: int, meta: dict
+) -> list[dict]:
     """One stage of training on one rows file; writes the head and its curve to path."""
     train, held = Rows(rows, False), Rows(rows, True)
     sub, coverage = vocab_subset(train.tokens, W.shape[0], args.vocab_subset)
-    print(f"stage {stage}: windows train {len(train.spans)}, held-out {len(held.spans)}; "
-          f"KL over {len(sub)} tokens, {coverage:.4f} of training tokens", flush=True)
+    print(
+        f"stage {stage}: windows train {len(train.spans)}, held-out {len(held.spans)}; "
+        f"KL over {len(sub)} tokens, {coverage:.4f} of training tokens",
+        flush=True,
+    )
     t0 = time.time()
-    curve = fit(head, train, held, W, W[sub].contiguous(), steps=steps, lr=lr, batch=args.batch, seq=args.seq,
-                mse_weight=args.mse_weight, seed=args.seed + stage - 1, step0=step0)
+    curve = fit(
+        head,
+        train,
+        held,
+        W,
+        W[sub].contiguous(),
+        steps=steps,
+        lr=lr,
+        batch=args.batch,
+        seq=args.seq,
+        mse_weight=args.mse_weight,
+        seed=args.seed + stage - 1,
+        step0=step0,
+    )
     for r in curve:
         r["stage"] = stage
     write_head_gguf(head, path)
-    if path != Path(args.out):          # a stage's cache; the final curve goes to --records
+    if path != Path(args.out):  # a stage's cache; the final curve goes to --records
         write_curve(path.with_suffix(".loss.csv"), curve)
-    meta[f"stage{stage}"] = {"train_windows": len(train.spans), "train_tokens": int(sum(e - s for s, e in train.spans)),
-                             "vocab_subset_coverage": round(coverage, 5), "seconds": round(time.time() - t0, 1),
-                             "final": curve[-1]}
+    meta[f"stage{stage}"] = {
+        "train_windows": len(train.spans),
+        "train_tokens": int(sum(e - s for s, e in train.spans)),
+        "vocab_subset_coverage": round(coverage, 5),
+        "seconds": round(time.time() - t0, 1),
+        "final": curve[-1],
+    }
     return curve
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m pymtp.train", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m pymtp.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--work", default="build/pymtp-head")
     ap.add_argument("--out", default=str(MODELS_DIR / HEAD_FILE))
     ap.add_argument("--records", default=str(RECORDS_DIR), help="where the loss curve and the run record go")
@@ -282,15 +366,23 @@ def main(argv=None) -> None:
     ap.add_argument("--n-chat", type=int, default=220)
     ap.add_argument("--n-prose", type=int, default=80)
     ap.add_argument("--gen-tokens", type=int, default=128)
-    ap.add_argument("--stage2-steps", type=int, default=900,
-                    help="stage 2: more steps on a larger body of the trunk's own text (0: stage 1 only)")
+    ap.add_argument(
+        "--stage2-steps",
+        type=int,
+        default=900,
+        help="stage 2: more steps on a larger body of the trunk's own text (0: stage 1 only)",
+    )
     ap.add_argument("--stage2-lr", type=float, default=5e-4)
     ap.add_argument("--stage2-code-tokens", type=int, default=100_000)
     ap.add_argument("--stage2-n-code", type=int, default=400, help="stdlib openings the trunk continues")
     ap.add_argument("--stage2-gen-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--llama-threads", type=int, default=0,
-                    help="llama.cpp threads for the hidden rows (0: one per core; 1 holds up on a busy machine)")
+    ap.add_argument(
+        "--llama-threads",
+        type=int,
+        default=0,
+        help="llama.cpp threads for the hidden rows (0: one per core; 1 holds up on a busy machine)",
+    )
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -308,16 +400,23 @@ def main(argv=None) -> None:
     from pymtp import trunk
 
     W = torch.from_numpy(gguf_weights(teacher, {"token_embd.weight"})["token_embd.weight"])
-    meta = {"args": vars(args), "config": cfg.to_dict(), "parameters": num_params(head), "torch": torch.__version__,
-            "threads": torch.get_num_threads()}
+    meta = {
+        "args": vars(args),
+        "config": cfg.to_dict(),
+        "parameters": num_params(head),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
     curve = []
     # stage 1: the head from the trunk's last block, on stdlib code and a few hundred trunk texts
     stage1 = work / "stage1" / HEAD_FILE if args.stage2_steps else out
     if stage1 != out and stage1.exists() and stage1.with_suffix(".loss.csv").exists():
-        head = read_head_gguf(stage1, cfg)           # cached like the other steps
+        head = read_head_gguf(stage1, cfg)  # cached like the other steps
         with open(stage1.with_suffix(".loss.csv")) as f:
-            curve = [{k: int(v) if k == "step" else float(v) for k, v in r.items() if v not in ("", None)}
-                     | {"stage": 1} for r in csv.DictReader(f)]
+            curve = [
+                {k: int(v) if k == "step" else float(v) for k, v in r.items() if v not in ("", None)} | {"stage": 1}
+                for r in csv.DictReader(f)
+            ]
         record = stage1.with_suffix(".train.json")
         if record.exists():
             meta["stage1"] = json.loads(record.read_text())
@@ -327,8 +426,9 @@ def main(argv=None) -> None:
         if not texts_path.exists():
             print("generating chat and prose with the trunk", flush=True)
             with pymtp.Model(trunk.trunk_path(), mtp=False) as m:
-                corpus.generate_texts(m, texts_path, n_chat=args.n_chat, n_prose=args.n_prose,
-                                      max_tokens=args.gen_tokens, seed=args.seed)
+                corpus.generate_texts(
+                    m, texts_path, n_chat=args.n_chat, n_prose=args.n_prose, max_tokens=args.gen_tokens, seed=args.seed
+                )
         rows = rows_for(teacher, texts_path, work / "rows.npz", args.code_tokens, args.seed, llama_threads)
         curve = train_stage(1, head, rows, stage1, W, args, args.steps, args.lr, 0, meta)
         stage1.with_suffix(".train.json").write_text(json.dumps(meta, indent=1) + "\n")
@@ -338,9 +438,10 @@ def main(argv=None) -> None:
         texts2 = work / "texts2.jsonl"
         if not texts2.exists():
             print("generating more text with the trunk, 8 prompts at a time", flush=True)
-            with pymtp.Model(teacher, mtp=False) as m:    # the F16 form the default serves
-                corpus.generate_many(m, texts2, n_code=args.stage2_n_code, max_tokens=args.stage2_gen_tokens,
-                                     seed=args.seed + 1)
+            with pymtp.Model(teacher, mtp=False) as m:  # the F16 form the default serves
+                corpus.generate_many(
+                    m, texts2, n_code=args.stage2_n_code, max_tokens=args.stage2_gen_tokens, seed=args.seed + 1
+                )
         rows2 = rows_for(teacher, texts2, work / "rows2.npz", args.stage2_code_tokens, args.seed + 1, llama_threads)
         curve += train_stage(2, head, rows2, out, W, args, args.stage2_steps, args.stage2_lr, args.steps, meta)
     curve_path = record_path(out, ".loss.csv", args.records)

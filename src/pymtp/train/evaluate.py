@@ -35,9 +35,11 @@ def load(args) -> tuple[GLM4MoEMTP, object]:
     tok = Tokenizer.from_file(args.tokenizer or str(record_path(gguf_path, ".tokenizer.json")))
     if args.ckpt:
         from .export import load_checkpoint
+
         model = load_checkpoint(args.ckpt)
     else:
         from .export import read_gguf
+
         model, _ = read_gguf(gguf_path)
     model.eval()
     return model, tok
@@ -48,10 +50,10 @@ def teacher_forced(model: GLM4MoEMTP, stream: np.ndarray, seq: int, batch: int, 
     n_win = (len(stream) - 1) // (seq + 1)
     if max_tokens:
         n_win = min(n_win, max(1, max_tokens // seq))
-    wins = np.stack([stream[i * (seq + 1):(i + 1) * (seq + 1)] for i in range(n_win)]).astype(np.int64)
+    wins = np.stack([stream[i * (seq + 1) : (i + 1) * (seq + 1)] for i in range(n_win)]).astype(np.int64)
     tot = {"n": 0, "acc": 0, "n_m": 0, "accept": 0, "mtp_acc": 0, "nll": 0.0, "nll_m": 0.0}
     for b in range(0, n_win, batch):
-        x = torch.from_numpy(wins[b:b + batch])
+        x = torch.from_numpy(wins[b : b + batch])
         logits, mlogits = model(x)
         g = logits.argmax(-1)
         tgt = x[:, 1:]
@@ -63,9 +65,14 @@ def teacher_forced(model: GLM4MoEMTP, stream: np.ndarray, seq: int, batch: int, 
         tot["accept"] += (mg == g[:, 1:]).sum().item()
         tot["mtp_acc"] += (mg == x[:, 2:]).sum().item()
         tot["nll_m"] += F.cross_entropy(mlogits.flatten(0, 1), x[:, 2:].flatten(), reduction="sum").item()
-    return {"tokens": tot["n"], "next_token_acc": tot["acc"] / tot["n"], "loss_ntp": tot["nll"] / tot["n"],
-            "mtp_accept_d1": tot["accept"] / tot["n_m"], "mtp_acc_vs_text": tot["mtp_acc"] / tot["n_m"],
-            "loss_mtp": tot["nll_m"] / tot["n_m"]}
+    return {
+        "tokens": tot["n"],
+        "next_token_acc": tot["acc"] / tot["n"],
+        "loss_ntp": tot["nll"] / tot["n"],
+        "mtp_accept_d1": tot["accept"] / tot["n_m"],
+        "mtp_acc_vs_text": tot["mtp_acc"] / tot["n_m"],
+        "loss_mtp": tot["nll_m"] / tot["n_m"],
+    }
 
 
 @torch.no_grad()
@@ -113,16 +120,16 @@ def mtp_chain(model: GLM4MoEMTP, y: torch.Tensor, depth: int) -> list[torch.Tens
     x, q, k_true, v_true = qkv(tokens, hid, 0)
     d, mh = finish(x, F.scaled_dot_product_attention(q, k_true, v_true, is_causal=True))
     drafts = [d]
-    causal = torch.ones(P, P, dtype=torch.bool).tril()       # query p sees true keys <= p
+    causal = torch.ones(P, P, dtype=torch.bool).tril()  # query p sees true keys <= p
     chain_k, chain_v = [], []
-    scale = D ** -0.5
+    scale = D**-0.5
     for j in range(1, depth):
-        x, q, k, v = qkv(d, mh, j)                            # chain step j sits at position p+j
+        x, q, k, v = qkv(d, mh, j)  # chain step j sits at position p+j
         chain_k.append(k)
         chain_v.append(v)
         s_true = (q @ k_true.transpose(-1, -2)) * scale
         s_true = s_true.masked_fill(~causal, float("-inf"))
-        s_chain = torch.stack([(q * ck).sum(-1) for ck in chain_k], dim=-1) * scale   # (B,H,P,j)
+        s_chain = torch.stack([(q * ck).sum(-1) for ck in chain_k], dim=-1) * scale  # (B,H,P,j)
         w = torch.softmax(torch.cat([s_true, s_chain], dim=-1), dim=-1)
         att = w[..., :P] @ v_true + sum(w[..., P + i, None] * cv for i, cv in enumerate(chain_v))
         d, mh = finish(x, att)
@@ -130,11 +137,12 @@ def mtp_chain(model: GLM4MoEMTP, y: torch.Tensor, depth: int) -> list[torch.Tens
     return drafts
 
 
-def draft_acceptance(model: GLM4MoEMTP, stream: np.ndarray, n_prompts: int, prompt_len: int,
-                     n_new: int, depth: int, seed: int = 0) -> dict:
+def draft_acceptance(
+    model: GLM4MoEMTP, stream: np.ndarray, n_prompts: int, prompt_len: int, n_new: int, depth: int, seed: int = 0
+) -> dict:
     rng = np.random.default_rng(seed)
     starts = rng.integers(0, len(stream) - prompt_len, size=n_prompts)
-    prompts = torch.from_numpy(np.stack([stream[s:s + prompt_len] for s in starts]).astype(np.int64))
+    prompts = torch.from_numpy(np.stack([stream[s : s + prompt_len] for s in starts]).astype(np.int64))
     y = greedy_generate(model, prompts, n_new)
     drafts = mtp_chain(model, y, depth)
     # positions p whose drafts target generated tokens only: p+1 >= prompt_len, p+1+depth < T
@@ -148,14 +156,18 @@ def draft_acceptance(model: GLM4MoEMTP, stream: np.ndarray, n_prompts: int, prom
         ok = ok & hit
         accepted += ok.float()
         per_depth.append(ok.float().mean().item())
-    return {"positions": int(ok.numel()), "mean_accepted_len": accepted.mean().item(),
-            "accept_rate_per_draft_token": accepted.mean().item() / depth,
-            "p_first_k_accepted": per_depth}
+    return {
+        "positions": int(ok.numel()),
+        "mean_accepted_len": accepted.mean().item(),
+        "accept_rate_per_draft_token": accepted.mean().item() / depth,
+        "p_first_k_accepted": per_depth,
+    }
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m pymtp.train.evaluate", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m pymtp.train.evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--gguf", default=str(Path(__file__).resolve().parents[1] / "models" / "pymtp-default.gguf"))
     ap.add_argument("--ckpt", default=None, help="evaluate a torch checkpoint instead of the GGUF weights")
     ap.add_argument("--tokenizer", default=None)
@@ -181,9 +193,11 @@ def main(argv=None) -> None:
     print(f"MTP acceptance, draft length 1 (MTP argmax == trunk argmax at p+1): {r['mtp_accept_d1']:.4f}")
     if args.draft > 1:
         a = draft_acceptance(model, stream, args.prompts, args.prompt_len, args.new, args.draft)
-        print(f"recursive drafts of length {args.draft} on greedy continuations ({a['positions']} positions): "
-              f"mean accepted length {a['mean_accepted_len']:.3f} / {args.draft} "
-              f"(P[first k accepted], k=1..{args.draft}: {', '.join(f'{v:.3f}' for v in a['p_first_k_accepted'])})")
+        print(
+            f"recursive drafts of length {args.draft} on greedy continuations ({a['positions']} positions): "
+            f"mean accepted length {a['mean_accepted_len']:.3f} / {args.draft} "
+            f"(P[first k accepted], k=1..{args.draft}: {', '.join(f'{v:.3f}' for v in a['p_first_k_accepted'])})"
+        )
     print(f"({time.time() - t0:.0f}s)")
 
 

@@ -12,9 +12,10 @@ on held-out text only (teacher_text.py's splits), the heads taking turns on each
   where the head's argmax from (x(p+1), h(p)) over the draft vocabulary drafting uses
   (``--draft-vocab``, SpecConfig's default) equals the trunk's argmax at p+1; the full
   vocabulary's too, and a draft vocabulary of the same size taken from the distillation
-  corpus (``accept_corpus_vocab``; equal to ``accept`` when --work has no shards). Domains: ``code`` (held-out stdlib files), ``docs`` (held-out package
-  READMEs), and the trunk's greedy ``chat``, ``prose`` and ``codegen`` text (from
-  --text, python -m pymtp.train.selfdistill's trunk-text.jsonl; completions only);
+  corpus (``accept_corpus_vocab``; equal to ``accept`` when --work has no shards). Domains:
+  ``code`` (held-out stdlib files), ``docs`` (held-out package READMEs), and the trunk's
+  greedy ``chat``, ``prose`` and ``codegen`` text (from --text, python -m
+  pymtp.train.selfdistill's trunk-text.jsonl; completions only);
 * real speculative generations (n_draft 3, fixed draft length) from held-out chat
   instructions, prose openings and code prefixes, at greedy and at Qwen's sampling settings
   (T 0.7, top-p 0.8, top-k 20): P(first k accepted) for k = 1..3 (steps whose first k drafts
@@ -29,6 +30,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,20 +73,24 @@ class TeacherForced:
     def add(self, domain: str, toks: list[int], first: int, trunk=None) -> None:
         """Count one document; trunk: trunk(toks) already computed (by any model with the
         same trunk: the heads measured share the F16 trunk's bytes)."""
-        toks = toks[:teacher_text.WINDOW]
+        toks = toks[: teacher_text.WINDOW]
         if len(toks) < 3:
             return
         trunk_next, h = trunk if trunk is not None else self.trunk(toks)
         self.d.seq_rm(0)
-        self.d.decode(toks[1:], 0, h[0], h[1:-1])        # row p: (x(p+1), h(p)) predicts x(p+2)
+        self.d.decode(toks[1:], 0, h[0], h[1:-1])  # row p: (x(p+1), h(p)) predicts x(p+2)
         logits = self.d.logits()
         head_full = logits.argmax(1)
         head_vocab = self.vocab[logits[:, self.vocab].argmax(1)]
         head_alt = self.alt[logits[:, self.alt].argmax(1)]
         p = np.arange(max(0, first - 2), len(toks) - 1)  # predictions of x(p+2) with p+2 >= first
         c = self.counts.setdefault(domain, np.zeros(4, np.int64))
-        c += [(head_vocab[p] == trunk_next[p + 1]).sum(), (head_full[p] == trunk_next[p + 1]).sum(), len(p),
-              (head_alt[p] == trunk_next[p + 1]).sum()]
+        c += [
+            (head_vocab[p] == trunk_next[p + 1]).sum(),
+            (head_full[p] == trunk_next[p + 1]).sum(),
+            len(p),
+            (head_alt[p] == trunk_next[p + 1]).sum(),
+        ]
 
     def close(self) -> None:
         self.d.close()
@@ -93,8 +99,12 @@ class TeacherForced:
     def figures(self) -> dict:
         def fig(c):
             n = max(c[2], 1)
-            return {"accept": round(c[0] / n, 4), "accept_full_vocab": round(c[1] / n, 4),
-                    "accept_corpus_vocab": round(c[3] / n, 4), "positions": int(c[2])}
+            return {
+                "accept": round(c[0] / n, 4),
+                "accept_full_vocab": round(c[1] / n, 4),
+                "accept_corpus_vocab": round(c[3] / n, 4),
+                "positions": int(c[2]),
+            }
 
         out = {d: fig(c) for d, c in sorted(self.counts.items())}
         groups = {"trunk_written": TRUNK_DOMAINS, "human_code": ("code",), "all": tuple(self.counts)}
@@ -116,23 +126,29 @@ def teacher_forced(model, seqs: list[tuple[list[int], int]]) -> tuple[int, int]:
     return int(c[1]), int(c[2])
 
 
-def speculative(session, prompts: list[list[int]], max_tokens: int, sampling: dict, seed: int,
-                n_draft: int = 3) -> dict:
+def speculative(
+    session, prompts: list[list[int]], max_tokens: int, sampling: dict, seed: int, n_draft: int = 3
+) -> dict:
     """P(first k accepted), k = 1..n_draft, and tokens per step over generations of the prompts
     (batched: pymtp.generate with a list)."""
     import pymtp
 
     spec = pymtp.SpecConfig(n_draft=n_draft, adaptive=False)
     rs = pymtp.generate(prompts, session, max_tokens=max_tokens, speculative=spec, seed=seed, **sampling)
+    assert isinstance(rs, list)  # a list of prompts: a list of results
     acc, dra, steps, emitted = np.zeros(n_draft), np.zeros(n_draft), 0, 0
     for r in rs:
         a, d = r.stats.accepted_at[:n_draft], r.stats.drafted_at[:n_draft]
-        acc[:len(a)] += a
-        dra[:len(d)] += d
+        acc[: len(a)] += a
+        dra[: len(d)] += d
         steps += r.stats.n_steps
         emitted += r.stats.n_emitted
-    return {"p_first_k_accepted": [round(float(a / d), 4) if d else 0.0 for a, d in zip(acc, dra)],
-            "tokens_per_step": round(emitted / max(steps, 1), 4), "steps": int(steps), "tokens": int(emitted)}
+    return {
+        "p_first_k_accepted": [round(float(a / d), 4) if d else 0.0 for a, d in zip(acc, dra)],
+        "tokens_per_step": round(emitted / max(steps, 1), 4),
+        "steps": int(steps),
+        "tokens": int(emitted),
+    }
 
 
 def held_out_documents(model, text: Path | None, *, per_domain: int, human_tokens: int) -> list[dict]:
@@ -141,8 +157,9 @@ def held_out_documents(model, text: Path | None, *, per_domain: int, human_token
         gen = [d for d in teacher_text.trunk_documents(text) if d["held_out"] and d["temperature"] == 0.0]
         for dom in TRUNK_DOMAINS:
             docs += [d for d in gen if d["domain"] == dom][:per_domain]
-    human = teacher_text.human_documents(model, code_tokens=10 * human_tokens, docs_tokens=10 * human_tokens,
-                                         seed=0, splits=(True,))
+    human = teacher_text.human_documents(
+        model, code_tokens=10 * human_tokens, docs_tokens=10 * human_tokens, seed=0, splits=(True,)
+    )
     return docs + human
 
 
@@ -154,8 +171,11 @@ def prompts_for(model, text: Path | None, n: int) -> list[list[int]]:
         held = [t for t in teacher_text.read_jsonl(text) if t["held_out"]]
         for dom in ("chat", "prose"):
             out += [t["prompt"] for t in held if t["domain"] == dom][:n]
-    code = [d for d in teacher_text.human_documents(model, code_tokens=10 * 64 * n, docs_tokens=0, seed=0,
-                                                    splits=(True,)) if d["domain"] == "code"]
+    code = [
+        d
+        for d in teacher_text.human_documents(model, code_tokens=10 * 64 * n, docs_tokens=0, seed=0, splits=(True,))
+        if d["domain"] == "code"
+    ]
     out += [d["tokens"][:64] for d in code[:n]]
     return out
 
@@ -174,9 +194,19 @@ def corpus_vocab(work: Path, model, n: int) -> np.ndarray | None:
     return np.unique(np.concatenate([top, np.asarray(eog, np.int64)])).astype(np.int64)
 
 
-def evaluate(heads: dict[str, Path], *, text: Path | None, per_domain: int = 20, human_tokens: int = 10_000,
-             n_prompts: int = 8, max_tokens: int = 64, draft_vocab: int = 4096, seed: int = 0,
-             work: Path | None = None, log=print) -> dict:
+def evaluate(
+    heads: dict[str, Path],
+    *,
+    text: Path | None,
+    per_domain: int = 20,
+    human_tokens: int = 10_000,
+    n_prompts: int = 8,
+    max_tokens: int = 64,
+    draft_vocab: int = 4096,
+    seed: int = 0,
+    work: Path | None = None,
+    log=print,
+) -> dict:
     import pymtp
     from pymtp.draft_vocab import frequent_tokens
 
@@ -187,7 +217,7 @@ def evaluate(heads: dict[str, Path], *, text: Path | None, per_domain: int = 20,
     docs = held_out_documents(first, text, per_domain=per_domain, human_tokens=human_tokens)
     prompts = prompts_for(first, text, n_prompts)
     log(f"{len(docs)} held-out documents, {len(prompts)} prompts, heads: {', '.join(heads)}")
-    out = {name: {"head": str(h)} for name, h in heads.items()}
+    out: dict[str, dict[str, Any]] = {name: {"head": str(h)} for name, h in heads.items()}
     t0 = time.time()
     tf = {name: TeacherForced(s.model, vocab, alt) for name, s in sessions.items()}
     lead = next(iter(tf.values()))
@@ -195,7 +225,7 @@ def evaluate(heads: dict[str, Path], *, text: Path | None, per_domain: int = 20,
         toks = d["tokens"][:WINDOW]
         if len(toks) < 3:
             continue
-        rows = lead.trunk(toks)                    # one trunk pass; the heads take turns on it
+        rows = lead.trunk(toks)  # one trunk pass; the heads take turns on it
         for name in heads:
             tf[name].add(d["domain"], toks, d["first"], rows)
     for name in heads:
@@ -215,26 +245,42 @@ def evaluate(heads: dict[str, Path], *, text: Path | None, per_domain: int = 20,
 def main(argv=None) -> None:
     from .selfdistill import SHIPPED, default_work
 
-    ap = argparse.ArgumentParser(prog="python -m pymtp.train.evaluate_head", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--head", type=Path, action="append", default=[], help="a head GGUF to measure beside the shipped one")
+    ap = argparse.ArgumentParser(
+        prog="python -m pymtp.train.evaluate_head",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--head", type=Path, action="append", default=[], help="a head GGUF to measure beside the shipped one"
+    )
     ap.add_argument("--text", type=Path, default=None, help="trunk-text.jsonl (default: selfdistill's, in the cache)")
     ap.add_argument("--per-domain", type=int, default=12, help="held-out trunk texts per domain")
     ap.add_argument("--human-tokens", type=int, default=6_000, help="held-out human tokens per domain (about)")
     ap.add_argument("--prompts", type=int, default=8, help="prompts per kind (chat, prose, code)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--draft-vocab", type=int, default=4096)
-    ap.add_argument("--work", type=Path, default=None,
-                    help="selfdistill's work folder: its corpus gives the alternative draft vocabulary measured")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="selfdistill's work folder: its corpus gives the alternative draft vocabulary measured",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
     heads = {"shipped": SHIPPED}
     for h in args.head:
         heads[h.stem if h.stem not in heads else str(h)] = h
     text = args.text or default_work() / "trunk-text.jsonl"
-    res = evaluate(heads, text=text, per_domain=args.per_domain, human_tokens=args.human_tokens,
-                   n_prompts=args.prompts, max_tokens=args.max_tokens, draft_vocab=args.draft_vocab,
-                   work=args.work or default_work())
+    res = evaluate(
+        heads,
+        text=text,
+        per_domain=args.per_domain,
+        human_tokens=args.human_tokens,
+        n_prompts=args.prompts,
+        max_tokens=args.max_tokens,
+        draft_vocab=args.draft_vocab,
+        work=args.work or default_work(),
+    )
     print(json.dumps(res, indent=1))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1) + "\n")

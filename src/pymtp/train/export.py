@@ -21,8 +21,8 @@ from .model import Config, GLM4MoEMTP
 from .records import RECORDS_DIR, record_path
 
 ARCH = "glm4moe"
-REF_TOKENS = 64            # length of the reference token sequence
-GATING_SIGMOID = 2         # LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+REF_TOKENS = 64  # length of the reference token sequence
+GATING_SIGMOID = 2  # LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
 TOKEN_NORMAL, TOKEN_CONTROL = 1, 3
 PRE_TOKENIZER = "trillion"
 
@@ -30,8 +30,10 @@ PRE_TOKENIZER = "trillion"
 def gguf_tensors(model: GLM4MoEMTP) -> dict[str, torch.Tensor]:
     """llama.cpp tensor name -> torch tensor (numpy order)."""
     cfg = model.cfg
-    sd: dict[str, torch.Tensor] = {"token_embd.weight": model.tok_embd.weight,
-                                   "output_norm.weight": model.output_norm.weight}
+    sd: dict[str, torch.Tensor] = {
+        "token_embd.weight": model.tok_embd.weight,
+        "output_norm.weight": model.output_norm.weight,
+    }
     if model.output is not None:
         sd["output.weight"] = model.output.weight
 
@@ -92,8 +94,13 @@ def vocab_from_tokenizer(tok) -> dict:
     tokens, merges = data.vocab_from_tokenizer_json(tok.to_str())
     special = {a["id"] for a in json.loads(tok.to_str()).get("added_tokens", [])}
     sep = tokens.index(data.SPECIAL)
-    return {"tokens": tokens, "merges": merges, "bos": sep, "eos": sep,
-            "token_type": [TOKEN_CONTROL if i in special else TOKEN_NORMAL for i in range(len(tokens))]}
+    return {
+        "tokens": tokens,
+        "merges": merges,
+        "bos": sep,
+        "eos": sep,
+        "token_type": [TOKEN_CONTROL if i in special else TOKEN_NORMAL for i in range(len(tokens))],
+    }
 
 
 def write_gguf(model: GLM4MoEMTP, vocab, path: str | Path, *, f16: bool = True, name: str = "pymtp-default") -> Path:
@@ -174,15 +181,23 @@ def read_gguf(path: str | Path) -> tuple[GLM4MoEMTP, dict]:
     names = {t.name: t for t in r.tensors}
     n_layer = val(k("block_count")) - val(k("nextn_predict_layers"))
     emb = names["token_embd.weight"]
-    cfg = Config(n_vocab=int(emb.shape[1]), n_embd=val(k("embedding_length")), n_layer=n_layer,
-                 n_head=val(k("attention.head_count")), n_ff=val(k("feed_forward_length")),
-                 n_expert=val(k("expert_count")), n_expert_used=val(k("expert_used_count")),
-                 n_ff_exp=val(k("expert_feed_forward_length")), n_expert_shared=val(k("expert_shared_count")),
-                 n_ctx=val(k("context_length")), rope_base=val(k("rope.freq_base")),
-                 norm_eps=val(k("attention.layer_norm_rms_epsilon")),
-                 tie_embeddings="output.weight" not in names,
-                 expert_weights_norm=bool(val(k("expert_weights_norm"))),
-                 expert_weights_scale=val(k("expert_weights_scale")))
+    cfg = Config(
+        n_vocab=int(emb.shape[1]),
+        n_embd=val(k("embedding_length")),
+        n_layer=n_layer,
+        n_head=val(k("attention.head_count")),
+        n_ff=val(k("feed_forward_length")),
+        n_expert=val(k("expert_count")),
+        n_expert_used=val(k("expert_used_count")),
+        n_ff_exp=val(k("expert_feed_forward_length")),
+        n_expert_shared=val(k("expert_shared_count")),
+        n_ctx=val(k("context_length")),
+        rope_base=val(k("rope.freq_base")),
+        norm_eps=val(k("attention.layer_norm_rms_epsilon")),
+        tie_embeddings="output.weight" not in names,
+        expert_weights_norm=bool(val(k("expert_weights_norm"))),
+        expert_weights_scale=val(k("expert_weights_scale")),
+    )
     model = GLM4MoEMTP(cfg)
     with torch.no_grad():
         for tname, t in gguf_tensors(model).items():
@@ -190,9 +205,13 @@ def read_gguf(path: str | Path) -> tuple[GLM4MoEMTP, dict]:
             arr = np.array(src.data, dtype=np.float32).reshape(tuple(int(x) for x in reversed(src.shape)))
             t.copy_(torch.from_numpy(arr).reshape(t.shape))
     model.eval()
-    vocab = {"tokens": val("tokenizer.ggml.tokens"), "merges": val("tokenizer.ggml.merges"),
-             "token_type": val("tokenizer.ggml.token_type"),
-             "bos": val("tokenizer.ggml.bos_token_id"), "eos": val("tokenizer.ggml.eos_token_id")}
+    vocab = {
+        "tokens": val("tokenizer.ggml.tokens"),
+        "merges": val("tokenizer.ggml.merges"),
+        "token_type": val("tokenizer.ggml.token_type"),
+        "bos": val("tokenizer.ggml.bos_token_id"),
+        "eos": val("tokenizer.ggml.eos_token_id"),
+    }
     return model, vocab
 
 
@@ -200,7 +219,7 @@ def reference_tokens(heldout_stream: np.ndarray, n: int = REF_TOKENS) -> np.ndar
     """A fixed held-out sequence: the first n tokens of the 2nd held-out document (starts with BOS)."""
     starts = np.flatnonzero(heldout_stream == 0)
     s = int(starts[1]) if len(starts) > 1 else 0
-    return heldout_stream[s:s + n].astype(np.int32)
+    return heldout_stream[s : s + n].astype(np.int32)
 
 
 @torch.no_grad()
@@ -210,22 +229,25 @@ def reference_outputs(model: GLM4MoEMTP, tokens: np.ndarray) -> dict[str, np.nda
     x = torch.from_numpy(tokens.astype(np.int64))[None]
     logits, h = model.trunk(x)
     mlogits, mh = model.mtp_forward(x[:, 1:], h[:, :-1])
-    return {"tokens": tokens.astype(np.int32),
-            "trunk_logits": logits[0].numpy().astype(np.float32),
-            "hidden": h[0].numpy().astype(np.float32),
-            "mtp_logits": mlogits[0].numpy().astype(np.float32),
-            "mtp_hidden": mh[0].numpy().astype(np.float32)}
+    return {
+        "tokens": tokens.astype(np.int32),
+        "trunk_logits": logits[0].numpy().astype(np.float32),
+        "hidden": h[0].numpy().astype(np.float32),
+        "mtp_logits": mlogits[0].numpy().astype(np.float32),
+        "mtp_hidden": mh[0].numpy().astype(np.float32),
+    }
 
 
 def write_reference(model: GLM4MoEMTP, tokens: np.ndarray, path: str | Path) -> Path:
     """Reference from the F16-rounded weights (= the shipped file's weights)."""
     ref = reference_outputs(round_to_f16(model), tokens)
-    np.savez_compressed(path, **ref, weights=np.array("f16-rounded"))
+    np.savez_compressed(path, **ref, weights=np.array("f16-rounded"))  # type: ignore[arg-type]  # numpy stub
     return Path(path)
 
 
-def export_all(model: GLM4MoEMTP, tok, out: str | Path, heldout_stream: np.ndarray,
-               records: str | Path = RECORDS_DIR) -> None:
+def export_all(
+    model: GLM4MoEMTP, tok, out: str | Path, heldout_stream: np.ndarray, records: str | Path = RECORDS_DIR
+) -> None:
     out = Path(out)
     write_gguf(model, tok, out, f16=True)
     ref = record_path(out, ".reference.npz", records)
@@ -244,8 +266,9 @@ def load_checkpoint(path: str | Path) -> GLM4MoEMTP:
 def main(argv=None) -> None:
     from tokenizers import Tokenizer
 
-    ap = argparse.ArgumentParser(prog="python -m pymtp.train.export", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m pymtp.train.export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--ckpt", default="build/pymtp-train/model.pt")
     ap.add_argument("--out", default="src/pymtp/models/pymtp-default.gguf")
     ap.add_argument("--tokenizer", default=None, help="default: <records>/<out stem>.tokenizer.json")

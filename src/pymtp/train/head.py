@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .model import MLP, MoE, RMSNorm, rope_neox
+from .model import MoE, RMSNorm, rope_neox
 
 ARCH = "glm4moe"
 GATING_SIGMOID = 2
@@ -29,14 +29,14 @@ GATING_SIGMOID = 2
 class HeadConfig:
     n_vocab: int = 49152
     n_embd: int = 576
-    n_trunk: int = 30            # trunk blocks: the head is block n_trunk
+    n_trunk: int = 30  # trunk blocks: the head is block n_trunk
     n_head: int = 9
     n_head_kv: int = 3
-    n_ff: int = 1536             # the trunk's FFN width (unused by the head; kept for reference)
+    n_ff: int = 1536  # the trunk's FFN width (unused by the head; kept for reference)
     n_expert: int = 4
     n_expert_used: int = 2
     n_ff_exp: int = 384
-    n_expert_shared: int = 4     # shared expert width = n_ff_exp * n_expert_shared
+    n_expert_shared: int = 4  # shared expert width = n_ff_exp * n_expert_shared
     rope_base: float = 100000.0
     norm_eps: float = 1e-5
     expert_weights_norm: bool = True
@@ -85,7 +85,7 @@ class NextNHead(nn.Module):
         self.attn_norm = RMSNorm(e, cfg.norm_eps)
         self.attn = GQAttention(cfg)
         self.attn_post_norm = RMSNorm(e, cfg.norm_eps)
-        self.ffn = MoE(cfg)  # uses n_embd, n_expert, n_ff_exp, n_expert_used/shared, weights norm/scale
+        self.ffn = MoE(cfg)  # type: ignore[arg-type]  # uses n_embd, n_expert, n_ff_exp, n_expert_used/shared, weights norm/scale
         self.shared_head_norm = RMSNorm(e, cfg.norm_eps)
         nn.init.normal_(self.eh_proj.weight, std=0.02)
 
@@ -107,6 +107,8 @@ class NextNHead(nn.Module):
     def tensors(self) -> dict[str, torch.Tensor]:
         """llama.cpp tensor name -> tensor (torch Linear (out, in) = ggml {in, out})."""
         n, a, f = self.cfg.n_trunk, self.attn, self.ffn
+        shared = f.shared
+        assert shared is not None  # the head has a shared expert
         return {
             f"blk.{n}.nextn.eh_proj.weight": self.eh_proj.weight,
             f"blk.{n}.nextn.enorm.weight": self.enorm.weight,
@@ -119,13 +121,13 @@ class NextNHead(nn.Module):
             f"blk.{n}.attn_output.weight": a.wo.weight,
             f"blk.{n}.post_attention_norm.weight": self.attn_post_norm.weight,
             f"blk.{n}.ffn_gate_inp.weight": f.gate_inp.weight,
-            f"blk.{n}.exp_probs_b.bias": f.exp_probs_b,
+            f"blk.{n}.exp_probs_b.bias": f.exp_probs_b,  # type: ignore[dict-item]  # a registered buffer
             f"blk.{n}.ffn_gate_exps.weight": f.gate_exps,
             f"blk.{n}.ffn_up_exps.weight": f.up_exps,
             f"blk.{n}.ffn_down_exps.weight": f.down_exps,
-            f"blk.{n}.ffn_gate_shexp.weight": f.shared.gate.weight,
-            f"blk.{n}.ffn_up_shexp.weight": f.shared.up.weight,
-            f"blk.{n}.ffn_down_shexp.weight": f.shared.down.weight,
+            f"blk.{n}.ffn_gate_shexp.weight": shared.gate.weight,
+            f"blk.{n}.ffn_up_shexp.weight": shared.up.weight,
+            f"blk.{n}.ffn_down_shexp.weight": shared.down.weight,
         }
 
 
@@ -210,9 +212,11 @@ def init_from_trunk_block(head: NextNHead, weights: dict[str, np.ndarray], layer
         head.attn.wo.weight.copy_(g("attn_output"))
         head.attn_post_norm.weight.copy_(g("post_attention_norm"))
         if cfg.n_ff_exp * cfg.n_expert_shared == weights[f"blk.{layer}.ffn_gate.weight"].shape[0]:
-            head.ffn.shared.gate.weight.copy_(g("ffn_gate"))
-            head.ffn.shared.up.weight.copy_(g("ffn_up"))
-            head.ffn.shared.down.weight.copy_(g("ffn_down"))
+            shared = head.ffn.shared
+            assert shared is not None  # n_expert_shared > 0 in the head
+            shared.gate.weight.copy_(g("ffn_gate"))
+            shared.up.weight.copy_(g("ffn_up"))
+            shared.down.weight.copy_(g("ffn_down"))
         head.ffn.down_exps.mul_(0.1)
         head.shared_head_norm.weight.copy_(torch.from_numpy(np.ascontiguousarray(weights["output_norm.weight"])))
 

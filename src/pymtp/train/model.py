@@ -38,12 +38,12 @@ import torch.nn.functional as F
 class Config:
     n_vocab: int = 4096
     n_embd: int = 256
-    n_layer: int = 4            # trunk blocks (all dense)
+    n_layer: int = 4  # trunk blocks (all dense)
     n_head: int = 4
-    n_ff: int = 768             # dense FFN width
-    n_expert: int = 4           # routed experts in the MTP block
+    n_ff: int = 768  # dense FFN width
+    n_expert: int = 4  # routed experts in the MTP block
     n_expert_used: int = 2
-    n_ff_exp: int = 256         # width of each routed expert (and of the shared expert)
+    n_ff_exp: int = 256  # width of each routed expert (and of the shared expert)
     n_expert_shared: int = 1
     n_ctx: int = 512
     rope_base: float = 10000.0
@@ -127,14 +127,14 @@ class MoE(nn.Module):
         self.last_load = None
 
     def routing(self, x):
-        probs = torch.sigmoid(self.gate_inp(x))                       # (..., E)
+        probs = torch.sigmoid(self.gate_inp(x))  # (..., E)
         sel = torch.topk(probs + self.exp_probs_b, self.cfg.n_expert_used, dim=-1).indices
         w = probs.gather(-1, sel)
         if self.cfg.expert_weights_norm:
             w = w / w.sum(-1, keepdim=True).clamp_min(6.103515625e-5)
         if self.cfg.expert_weights_scale not in (0.0, 1.0):
             w = w * self.cfg.expert_weights_scale
-        dense_w = torch.zeros_like(probs).scatter(-1, sel, w)        # (..., E), 0 where unselected
+        dense_w = torch.zeros_like(probs).scatter(-1, sel, w)  # (..., E), 0 where unselected
         return dense_w, sel
 
     def forward(self, x):

@@ -63,7 +63,7 @@ def _in_proj(head: NextNHead, emb: torch.Tensor, h: torch.Tensor) -> torch.Tenso
 def _chain_attention(q, K1, V1, chain_k: list, chain_v: list) -> torch.Tensor:
     """q (B,H,T,D) at origin p attends to K1[..., :p+1, :] and to chain_k[m][..., p, :]."""
     T, D = q.shape[2], q.shape[3]
-    scale = D ** -0.5
+    scale = D**-0.5
     main = (q @ K1.transpose(-1, -2)) * scale
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     main = main.masked_fill(~causal, float("-inf"))
@@ -71,12 +71,20 @@ def _chain_attention(q, K1, V1, chain_k: list, chain_v: list) -> torch.Tensor:
     w = torch.softmax(torch.cat([main] + extra, dim=-1), dim=-1)
     out = w[..., :T] @ V1
     for i, v in enumerate(chain_v):
-        out = out + w[..., T + i:T + i + 1] * v
+        out = out + w[..., T + i : T + i + 1] * v
     return out
 
 
-def chain_forward(head: NextNHead, W: torch.Tensor, tokens: torch.Tensor, hidden: torch.Tensor, n_steps: int, *,
-                  feed: str = "text", vocab_ids: torch.Tensor | None = None) -> list[torch.Tensor]:
+def chain_forward(
+    head: NextNHead,
+    W: torch.Tensor,
+    tokens: torch.Tensor,
+    hidden: torch.Tensor,
+    n_steps: int,
+    *,
+    feed: str = "text",
+    vocab_ids: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
     """The head's output rows for steps 1..n_steps at every origin p of a crop.
 
     tokens (B, L) and hidden (B, L, E): a crop of a document, hidden[:, q] = h(q). Returns
@@ -95,8 +103,9 @@ def chain_forward(head: NextNHead, W: torch.Tensor, tokens: torch.Tensor, hidden
     chain_k, chain_v = [], []
     for k in range(2, n_steps + 1):
         if feed == "text":
-            tok = F.pad(tokens[:, k:], (0, k - 1))          # x(p+k); past the crop: masked by the loss
+            tok = F.pad(tokens[:, k:], (0, k - 1))  # x(p+k); past the crop: masked by the loss
         else:
+            assert vocab_ids is not None, 'feed="draft" needs vocab_ids'
             Wsub = W[vocab_ids]
             tok = vocab_ids[(g.detach() @ Wsub.T).argmax(-1)]
         xk = _in_proj(head, F.embedding(tok, W), g)
@@ -128,20 +137,33 @@ def teacher_targets(vocab: DraftVocab, topk_ids: torch.Tensor, topk_logp: torch.
     return col.clamp_min(0), p / mass.clamp_min(1e-12), mass.squeeze(-1) > 0
 
 
-def step_loss(g: torch.Tensor, Wsub: torch.Tensor, col: torch.Tensor, p: torch.Tensor, valid: torch.Tensor,
-              top1_col: torch.Tensor):
+def step_loss(
+    g: torch.Tensor, Wsub: torch.Tensor, col: torch.Tensor, p: torch.Tensor, valid: torch.Tensor, top1_col: torch.Tensor
+):
     """(mean KL over valid rows, agreement rows) of one step: g (N, E) head rows, the
     teacher's columns / probabilities (N, k), its top-1 column (-1 outside the vocabulary)."""
     logq = torch.log_softmax(g @ Wsub.T, dim=-1)
     lq = logq.gather(-1, col)
     kl = (p * (torch.log(p.clamp_min(1e-12)) - lq)).sum(-1)
     n = valid.sum().clamp_min(1)
-    agree = (logq.detach().argmax(-1) == top1_col)
+    agree = logq.detach().argmax(-1) == top1_col
     return (kl * valid).sum() / n, agree
 
 
-def chain_loss(head: NextNHead, W: torch.Tensor, vocab: DraftVocab, tokens, hidden, topk_ids, topk_logp, mask,
-               n_steps: int, *, feed: str = "text", decay: float = STEP_DECAY):
+def chain_loss(
+    head: NextNHead,
+    W: torch.Tensor,
+    vocab: DraftVocab,
+    tokens,
+    hidden,
+    topk_ids,
+    topk_logp,
+    mask,
+    n_steps: int,
+    *,
+    feed: str = "text",
+    decay: float = STEP_DECAY,
+):
     """The weighted loss over steps and, per step, (KL, agreement, chain agreement, rows):
     agreement is the head's argmax equal to the trunk's top-1 at that step; chain agreement,
     at steps 1..k all (what P(first k accepted) is, teacher-forced)."""
@@ -158,14 +180,26 @@ def chain_loss(head: NextNHead, W: torch.Tensor, vocab: DraftVocab, tokens, hidd
         col, p, valid = teacher_targets(vocab, ids, logp)
         top1 = vocab.col[ids[..., 0]]
         valid = valid & ok
-        kl, agree = step_loss(g.reshape(-1, g.shape[-1]), Wsub, col.reshape(-1, col.shape[-1]),
-                              p.reshape(-1, p.shape[-1]), valid.reshape(-1), top1.reshape(-1))
+        kl, agree = step_loss(
+            g.reshape(-1, g.shape[-1]),
+            Wsub,
+            col.reshape(-1, col.shape[-1]),
+            p.reshape(-1, p.shape[-1]),
+            valid.reshape(-1),
+            top1.reshape(-1),
+        )
         agree = agree.reshape(valid.shape) & valid
         chain = chain & agree
         w = decay ** (k - 1)
         total = total + w * kl
         wsum += w
         n = valid.sum()
-        figures.append({"kl": float(kl.detach()), "agree": float(agree.sum() / n.clamp_min(1)),
-                        "chain": float(chain.sum() / n.clamp_min(1)), "rows": int(n)})
+        figures.append(
+            {
+                "kl": float(kl.detach()),
+                "agree": float(agree.sum() / n.clamp_min(1)),
+                "chain": float(chain.sum() / n.clamp_min(1)),
+                "rows": int(n),
+            }
+        )
     return total / wsum, figures

@@ -26,6 +26,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,10 +44,12 @@ def default_work() -> Path:
 
 # ---- stages 1 and 2: the corpus and the teacher (llama.cpp, CPU) --------------------------
 
+
 def prepare(args, work: Path, log=print) -> dict:
     """Trunk text, teacher shards, draft vocabulary and embeddings; returns timing figures."""
     import pymtp
     from pymtp import default_model, draft_vocab
+
     from .head import gguf_weights
 
     figures = {}
@@ -58,14 +61,25 @@ def prepare(args, work: Path, log=print) -> dict:
             t0, c0 = time.time(), time.process_time()
             n0 = _generated_tokens(text)
             jobs = teacher_text.generation_jobs(m, n_code=args.n_code, seed=args.seed)
-            teacher_text.generate(session, text, jobs, max_tokens=args.gen_tokens, n_seq=args.gen_seqs,
-                                  seed=args.seed, deadline=t0 + 60 * args.gen_minutes, log=log)
-            figures["generation"] = {"seconds": round(time.time() - t0, 1),
-                                     "cpu_seconds": round(time.process_time() - c0, 1),
-                                     "new_tokens": _generated_tokens(text) - n0}
+            teacher_text.generate(
+                session,
+                text,
+                jobs,
+                max_tokens=args.gen_tokens,
+                n_seq=args.gen_seqs,
+                seed=args.seed,
+                deadline=t0 + 60 * args.gen_minutes,
+                log=log,
+            )
+            figures["generation"] = {
+                "seconds": round(time.time() - t0, 1),
+                "cpu_seconds": round(time.process_time() - c0, 1),
+                "new_tokens": _generated_tokens(text) - n0,
+            }
         docs = teacher_text.trunk_documents(text) if text.exists() else []
         # held-out trunk texts only feed the training curve (evaluate_head measures the rest)
-        kept, per = [], {}
+        kept: list = []
+        per: dict = {}
         for d in docs:
             if d["held_out"]:
                 per[d["domain"]] = per.get(d["domain"], 0) + 1
@@ -73,19 +87,25 @@ def prepare(args, work: Path, log=print) -> dict:
                     continue
             kept.append(d)
         docs = kept
-        docs += teacher_text.human_documents(m, code_tokens=args.code_tokens, docs_tokens=args.docs_tokens,
-                                             seed=args.seed)
+        docs += teacher_text.human_documents(
+            m, code_tokens=args.code_tokens, docs_tokens=args.docs_tokens, seed=args.seed
+        )
         vocab = draft_vocab.frequent_tokens(m, args.draft_vocab)
         np.save(work / "vocab.npy", vocab)
     if not (work / "embed.npy").exists():
         W = gguf_weights(teacher_path, {"token_embd.weight"})["token_embd.weight"]
         np.save(work / "embed.npy", W.astype(np.float16))
     t0, c0 = time.time(), time.process_time()
-    man = teacher.extract(teacher_path, docs, work / "teacher", top_k=args.top_k, n_threads=args.llama_threads or None,
-                          log=log)
-    figures["extraction"] = {"seconds": round(time.time() - t0, 1), "cpu_seconds": round(time.process_time() - c0, 1),
-                             "tokens_total": man["tokens"], "seconds_total": man["seconds"],
-                             "cpu_seconds_total": man.get("cpu_seconds", 0.0)}
+    man = teacher.extract(
+        teacher_path, docs, work / "teacher", top_k=args.top_k, n_threads=args.llama_threads or None, log=log
+    )
+    figures["extraction"] = {
+        "seconds": round(time.time() - t0, 1),
+        "cpu_seconds": round(time.process_time() - c0, 1),
+        "tokens_total": man["tokens"],
+        "seconds_total": man["seconds"],
+        "cpu_seconds_total": man.get("cpu_seconds", 0.0),
+    }
     return figures
 
 
@@ -96,6 +116,7 @@ def _generated_tokens(path: Path) -> int:
 
 
 # ---- stage 3: training (torch, CPU or GPU) --------------------------------------------------
+
 
 class Crops:
     """Random crops of `seq` positions from the extracted documents, as torch tensors."""
@@ -119,10 +140,10 @@ class Crops:
             s, e = int(d.offsets[i]), int(d.offsets[i + 1])
             take = min(L, e - s)
             o = s + int(rng.integers(0, e - s - take + 1))
-            toks[b, :take] = d.tokens[o:o + take]
-            hid[b, :take] = d.hidden[o:o + take]
-            ids[b, :take] = d.topk_ids[o:o + take]
-            logp[b, :take] = d.topk_logp[o:o + take]
+            toks[b, :take] = d.tokens[o : o + take]
+            hid[b, :take] = d.hidden[o : o + take]
+            ids[b, :take] = d.topk_ids[o : o + take]
+            logp[b, :take] = d.topk_logp[o : o + take]
             mask[b, :take] = True
         t = lambda a: torch.from_numpy(a).to(device)
         return t(toks), t(hid), t(ids), t(logp), t(mask)
@@ -144,14 +165,17 @@ def train(args, work: Path, log=print) -> dict:
     vocab = DraftVocab(np.load(work / "vocab.npy"), cfg.n_vocab, dev)
     tr, he = teacher.load(work / "teacher", False), teacher.load(work / "teacher", True)
     crops, held = Crops(tr, args.seq), Crops(he, args.seq)
-    log(f"training on {tr.n_tokens} tokens ({len(crops.ok)} documents), held-out {he.n_tokens}; "
-        f"draft vocabulary {len(vocab.ids)}; device {dev}, torch threads {torch.get_num_threads()}")
+    log(
+        f"training on {tr.n_tokens} tokens ({len(crops.ok)} documents), held-out {he.n_tokens}; "
+        f"draft vocabulary {len(vocab.ids)}; device {dev}, torch threads {torch.get_num_threads()}"
+    )
     head = read_head_gguf(args.init, cfg).to(dev)
     head.train()
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
     warm = max(1, args.steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps))))
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps)))
+    )
     rng = np.random.default_rng(args.seed)
     step, curve, seconds, cpu = 0, [], 0.0, 0.0
     ckpt = run / "ckpt.pt"
@@ -172,7 +196,10 @@ def train(args, work: Path, log=print) -> dict:
         figs = []
         with torch.no_grad():
             for b in eval_batches:
-                figs.append(chain_loss(head, W, vocab, *(x.to(dev) for x in b), args.chain, feed=args.feed)[1])
+                tokens, hidden, topk_ids, topk_logp, mask = (x.to(dev) for x in b)
+                figs.append(
+                    chain_loss(head, W, vocab, tokens, hidden, topk_ids, topk_logp, mask, args.chain, feed=args.feed)[1]
+                )
         head.train()
         out = {"step": step, "seconds": round(seconds, 1)}
         for k in range(args.chain):
@@ -183,9 +210,20 @@ def train(args, work: Path, log=print) -> dict:
 
     def save() -> None:
         tmp = ckpt.with_suffix(".tmp")
-        torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                    "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(), "step": step,
-                    "curve": curve, "seconds": seconds, "cpu_seconds": cpu}, tmp)
+        torch.save(
+            {
+                "head": head.state_dict(),
+                "opt": opt.state_dict(),
+                "sched": sched.state_dict(),
+                "rng": rng.bit_generator.state,
+                "torch_rng": torch.get_rng_state(),
+                "step": step,
+                "curve": curve,
+                "seconds": seconds,
+                "cpu_seconds": cpu,
+            },
+            tmp,
+        )
         tmp.replace(ckpt)
 
     if step == 0:
@@ -194,7 +232,8 @@ def train(args, work: Path, log=print) -> dict:
     stop = min(args.steps, args.stop_at or args.steps)
     while step < stop:
         t0, c0 = time.time(), time.process_time()
-        loss, figs = chain_loss(head, W, vocab, *crops.batch(rng, args.batch, dev), args.chain, feed=args.feed)
+        tokens, hidden, topk_ids, topk_logp, mask = crops.batch(rng, args.batch, dev)
+        loss, figs = chain_loss(head, W, vocab, tokens, hidden, topk_ids, topk_logp, mask, args.chain, feed=args.feed)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -219,11 +258,19 @@ def train(args, work: Path, log=print) -> dict:
     out = run / HEAD_FILE
     write_head_gguf(head.cpu(), out)
     write_curve(out.with_suffix(".loss.csv"), curve)
-    return {"run": str(run), "head": str(out), "steps": step, "train_seconds": round(seconds, 1),
-            "train_cpu_seconds": round(cpu, 1),
-            "seconds_per_step": round(seconds / max(step, 1), 3),
-            "tokens_seen": step * args.batch * args.seq, "train_tokens": tr.n_tokens, "held_out_tokens": he.n_tokens,
-            "first": curve[0], "final": [r for r in curve if "held_kl1" in r][-1]}
+    return {
+        "run": str(run),
+        "head": str(out),
+        "steps": step,
+        "train_seconds": round(seconds, 1),
+        "train_cpu_seconds": round(cpu, 1),
+        "seconds_per_step": round(seconds / max(step, 1), 3),
+        "tokens_seen": step * args.batch * args.seq,
+        "train_tokens": tr.n_tokens,
+        "held_out_tokens": he.n_tokens,
+        "first": curve[0],
+        "final": [r for r in curve if "held_kl1" in r][-1],
+    }
 
 
 def _fmt(row: dict) -> str:
@@ -239,21 +286,31 @@ def write_curve(path: Path, curve: list[dict]) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m pymtp.train.selfdistill", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m pymtp.train.selfdistill",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--work", type=Path, default=None, help="the cache folder of every stage")
     ap.add_argument("--run", default="run", help="the training run's folder in --work")
     ap.add_argument("--device", default="cpu", help="torch device of the training stage: cpu, cuda, cuda:1, ...")
-    ap.add_argument("--skip-prepare", action="store_true",
-                    help="train on the shards already in --work (a machine without llama.cpp)")
+    ap.add_argument(
+        "--skip-prepare",
+        action="store_true",
+        help="train on the shards already in --work (a machine without llama.cpp)",
+    )
     ap.add_argument("--prepare-only", action="store_true", help="stop after the teacher's shards")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--gen-minutes", type=float, default=60, help="time for new trunk text this run (0: none)")
     ap.add_argument("--n-code", type=int, default=400, help="stdlib openings the trunk continues")
     ap.add_argument("--gen-tokens", type=int, default=160)
     ap.add_argument("--gen-seqs", type=int, default=32, help="texts generated together (pymtp.Batch slots)")
-    ap.add_argument("--held-trunk-docs", type=int, default=10,
-                    help="held-out trunk texts per domain extracted for the training curve")
+    ap.add_argument(
+        "--held-trunk-docs",
+        type=int,
+        default=10,
+        help="held-out trunk texts per domain extracted for the training curve",
+    )
     ap.add_argument("--code-tokens", type=int, default=300_000, help="human code (stdlib) for training")
     ap.add_argument("--docs-tokens", type=int, default=150_000, help="human prose (package docs) for training")
     ap.add_argument("--top-k", type=int, default=32, help="the trunk's next tokens kept per position")
@@ -265,8 +322,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--chain", type=int, default=3, help="recursion steps trained (weights 0.6^(k-1))")
-    ap.add_argument("--feed", choices=("text", "draft"), default="text",
-                    help="step k's input token: the text's (= the draft on accepted chains) or the head's argmax")
+    ap.add_argument(
+        "--feed",
+        choices=("text", "draft"),
+        default="text",
+        help="step k's input token: the text's (= the draft on accepted chains) or the head's argmax",
+    )
     ap.add_argument("--stop-at", type=int, default=0, help="checkpoint and stop at this step (a later run resumes)")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-batches", type=int, default=4)
@@ -280,7 +341,7 @@ def main(argv=None) -> None:
     work = args.work or default_work()
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    record = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+    record: dict[str, Any] = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
     if not args.skip_prepare:
         record["prepare"] = prepare(args, work)
         if args.prepare_only:
@@ -293,8 +354,9 @@ def main(argv=None) -> None:
     import torch
 
     record["torch"] = torch.__version__
-    record["manifest"] = {k: v for k, v in json.loads((work / "teacher" / teacher.MANIFEST).read_text()).items()
-                          if k != "shards"}
+    record["manifest"] = {
+        k: v for k, v in json.loads((work / "teacher" / teacher.MANIFEST).read_text()).items() if k != "shards"
+    }
     out = Path(record["train"]["head"])
     out.with_suffix(".train.json").write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) and its .loss.csv / .train.json", flush=True)

@@ -46,7 +46,9 @@ def _teacher_key(path: Path) -> str:
 
 def _packs(docs: list[dict], n_batch: int) -> list[list[int]]:
     """Consecutive documents grouped so that each group's tokens fit one decode of n_batch rows."""
-    out, cur, n = [], [], 0
+    out: list[list[int]] = []
+    cur: list[int] = []
+    n = 0
     for i, d in enumerate(docs):
         L = len(d["tokens"])
         if L > n_batch:
@@ -61,8 +63,18 @@ def _packs(docs: list[dict], n_batch: int) -> list[list[int]]:
     return out
 
 
-def extract(teacher: Path, docs: list[dict], out_dir: Path, *, top_k: int = 32, shard_tokens: int = 50_000,
-            n_batch: int = 512, n_seq: int = 8, n_threads: int | None = None, log=print) -> dict:
+def extract(
+    teacher: Path,
+    docs: list[dict],
+    out_dir: Path,
+    *,
+    top_k: int = 32,
+    shard_tokens: int = 50_000,
+    n_batch: int = 512,
+    n_seq: int = 8,
+    n_threads: int | None = None,
+    log=print,
+) -> dict:
     """Extract the documents not yet in out_dir's shards (by id) into new shards; returns the
     manifest. A rerun with more documents (more trunk text, say) extracts only those."""
     import pymtp
@@ -70,12 +82,20 @@ def extract(teacher: Path, docs: list[dict], out_dir: Path, *, top_k: int = 32, 
     out_dir.mkdir(parents=True, exist_ok=True)
     man_path = out_dir / MANIFEST
     man = json.loads(man_path.read_text()) if man_path.exists() else None
-    if man and (man.get("teacher") != _teacher_key(teacher) or man.get("top_k") != top_k
-                or man.get("version") != VERSION):
+    if man and (
+        man.get("teacher") != _teacher_key(teacher) or man.get("top_k") != top_k or man.get("version") != VERSION
+    ):
         raise ValueError(f"{out_dir} holds an extraction by another teacher or top_k; use another folder")
-    man = man or {"version": VERSION, "teacher": _teacher_key(teacher), "top_k": top_k, "shards": [],
-                  "docs_done": 0, "tokens": 0, "seconds": 0.0}
-    done = set()
+    man = man or {
+        "version": VERSION,
+        "teacher": _teacher_key(teacher),
+        "top_k": top_k,
+        "shards": [],
+        "docs_done": 0,
+        "tokens": 0,
+        "seconds": 0.0,
+    }
+    done: set[str] = set()
     for sh in man["shards"]:
         done.update(str(i) for i in np.load(out_dir / sh["file"])["doc_id"])
     todo = [d for d in docs if d["id"] not in done]
@@ -90,12 +110,12 @@ def extract(teacher: Path, docs: list[dict], out_dir: Path, *, top_k: int = 32, 
     try:
         for pack in _packs(todo, n_batch):
             group = [todo[i] for i in pack]
-            for grp in (group[i:i + n_seq] for i in range(0, len(group), n_seq)):
+            for grp in (group[i : i + n_seq] for i in range(0, len(group), n_seq)):
                 toks = np.concatenate([np.asarray(d["tokens"], np.int32) for d in grp])
                 pos = np.concatenate([np.arange(len(d["tokens"]), dtype=np.int32) for d in grp])
                 seq = np.concatenate([np.full(len(d["tokens"]), s, np.int32) for s, d in enumerate(grp)])
                 ctx.decode_rows(toks, pos, seq)
-                hidden = ctx.hidden().astype(np.float16)           # copies: the views die at the next decode
+                hidden = ctx.hidden().astype(np.float16)  # copies: the views die at the next decode
                 ids, logp = top_k_logprobs(ctx.logits(), top_k)
                 for s in range(len(grp)):
                     ctx.seq_rm(0, seq_id=s)
@@ -103,16 +123,18 @@ def extract(teacher: Path, docs: list[dict], out_dir: Path, *, top_k: int = 32, 
                 for d in grp:
                     L = len(d["tokens"])
                     buf["tokens"].append(np.asarray(d["tokens"], np.int32))
-                    buf["hidden"].append(hidden[o:o + L])
-                    buf["ids"].append(ids[o:o + L])
-                    buf["logp"].append(logp[o:o + L])
+                    buf["hidden"].append(hidden[o : o + L])
+                    buf["ids"].append(ids[o : o + L])
+                    buf["logp"].append(logp[o : o + L])
                     meta.append({k: d[k] for k in ("id", "domain", "held_out", "first")})
                     o += L
             if sum(len(t) for t in buf["tokens"]) >= shard_tokens:
                 _write_shard(out_dir, man, buf, meta, time.time() - t0, time.process_time() - c0)
                 t0, c0 = time.time(), time.process_time()
-                log(f"  shard {len(man['shards'])}: {man['docs_done']} documents, {man['tokens']} tokens, "
-                    f"{man['seconds']:.0f} s")
+                log(
+                    f"  shard {len(man['shards'])}: {man['docs_done']} documents, {man['tokens']} tokens, "
+                    f"{man['seconds']:.0f} s"
+                )
         if meta:
             _write_shard(out_dir, man, buf, meta, time.time() - t0, time.process_time() - c0)
     finally:
@@ -121,16 +143,25 @@ def extract(teacher: Path, docs: list[dict], out_dir: Path, *, top_k: int = 32, 
     return man
 
 
-def _write_shard(out_dir: Path, man: dict, buf: dict, meta: list[dict], seconds: float, cpu_seconds: float = 0.0) -> None:
+def _write_shard(
+    out_dir: Path, man: dict, buf: dict, meta: list[dict], seconds: float, cpu_seconds: float = 0.0
+) -> None:
     name = f"shard-{len(man['shards']):05d}.npz"
     lens = np.asarray([len(t) for t in buf["tokens"]], np.int64)
     tmp = out_dir / (name + ".tmp")
     with open(tmp, "wb") as f:
-        np.savez(f, tokens=np.concatenate(buf["tokens"]), hidden=np.concatenate(buf["hidden"]),
-                 topk_ids=np.concatenate(buf["ids"]), topk_logp=np.concatenate(buf["logp"]),
-                 offsets=np.concatenate([[0], np.cumsum(lens)]), first=np.asarray([m["first"] for m in meta], np.int32),
-                 domain=np.asarray([m["domain"] for m in meta]), held_out=np.asarray([m["held_out"] for m in meta]),
-                 doc_id=np.asarray([m["id"] for m in meta]))
+        np.savez(
+            f,
+            tokens=np.concatenate(buf["tokens"]),
+            hidden=np.concatenate(buf["hidden"]),
+            topk_ids=np.concatenate(buf["ids"]),
+            topk_logp=np.concatenate(buf["logp"]),
+            offsets=np.concatenate([[0], np.cumsum(lens)]),
+            first=np.asarray([m["first"] for m in meta], np.int32),
+            domain=np.asarray([m["domain"] for m in meta]),
+            held_out=np.asarray([m["held_out"] for m in meta]),
+            doc_id=np.asarray([m["id"] for m in meta]),
+        )
     os.replace(tmp, out_dir / name)
     man["shards"].append({"file": name, "docs": len(meta), "tokens": int(lens.sum())})
     man["docs_done"] += len(meta)
@@ -182,7 +213,12 @@ def load(out_dir: Path, held_out: bool, domains: set[str] | None = None) -> Docu
             parts["len"].append(e - s)
     if not parts["len"]:
         raise ValueError(f"no {'held-out' if held_out else 'training'} documents in {out_dir}")
-    return Documents(tokens=np.concatenate(parts["tokens"]), hidden=np.concatenate(parts["hidden"]),
-                     topk_ids=np.concatenate(parts["topk_ids"]), topk_logp=np.concatenate(parts["topk_logp"]),
-                     offsets=np.concatenate([[0], np.cumsum(parts["len"])]).astype(np.int64),
-                     first=np.asarray(parts["first"], np.int64), domain=np.asarray(parts["domain"]))
+    return Documents(
+        tokens=np.concatenate(parts["tokens"]),
+        hidden=np.concatenate(parts["hidden"]),
+        topk_ids=np.concatenate(parts["topk_ids"]),
+        topk_logp=np.concatenate(parts["topk_logp"]),
+        offsets=np.concatenate([[0], np.cumsum(parts["len"])]).astype(np.int64),
+        first=np.asarray(parts["first"], np.int64),
+        domain=np.asarray(parts["domain"]),
+    )

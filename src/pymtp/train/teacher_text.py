@@ -27,10 +27,11 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from . import corpus, data
 
-WINDOW = 512          # tokens of one document at most (one prefill)
+WINDOW = 512  # tokens of one document at most (one prefill)
 SAMPLED = dict(temperature=0.7, top_p=0.9)
 
 
@@ -46,13 +47,25 @@ def generation_jobs(model, *, n_code: int, seed: int, greedy_share: float = 0.5)
     jobs = []
     for kind, sources in (("chat", corpus.instructions(seed)), ("prose", corpus.openings(seed))):
         for src in sources:
-            jobs.append({"id": f"{kind}:{src}", "domain": kind, "held_out": corpus.held_out(src),
-                         "prompt": corpus.prompt_tokens(model, kind, src)})
+            jobs.append(
+                {
+                    "id": f"{kind}:{src}",
+                    "domain": kind,
+                    "held_out": corpus.held_out(src),
+                    "prompt": corpus.prompt_tokens(model, kind, src),
+                }
+            )
     for i, (held, toks) in enumerate(corpus.code_prompts(model, n=n_code, seed=seed)):
-        jobs.append({"id": f"codegen:{i}:{hashlib.sha256(str(toks).encode()).hexdigest()[:12]}",
-                     "domain": "codegen", "held_out": held, "prompt": list(toks)})
+        jobs.append(
+            {
+                "id": f"codegen:{i}:{hashlib.sha256(str(toks).encode()).hexdigest()[:12]}",
+                "domain": "codegen",
+                "held_out": held,
+                "prompt": list(toks),
+            }
+        )
     rng.shuffle(jobs)
-    jobs.sort(key=lambda j: not j["held_out"])     # held-out texts first: a cut-short run can be measured
+    jobs.sort(key=lambda j: not j["held_out"])  # held-out texts first: a cut-short run can be measured
     for j in jobs:
         j["temperature"] = 0.0 if j["held_out"] or rng.random() < greedy_share else SAMPLED["temperature"]
     return jobs
@@ -63,8 +76,17 @@ def _job_seed(seed: int, job_id: str) -> int:
     return int(hashlib.sha256(f"{seed}:{job_id}".encode()).hexdigest()[:8], 16)
 
 
-def generate(model, out: Path, jobs: list[dict], *, max_tokens: int, n_seq: int = 16, seed: int = 0,
-             deadline: float | None = None, log=print) -> Path:
+def generate(
+    model,
+    out: Path,
+    jobs: list[dict],
+    *,
+    max_tokens: int,
+    n_seq: int = 16,
+    seed: int = 0,
+    deadline: float | None = None,
+    log=print,
+) -> Path:
     """Run the jobs through one pymtp.Batch of n_seq slots (plain batched decoding: every
     active text advances in one target decode per step), appending each finished text to
     ``out``; ids already in ``out`` are skipped (resume). Past ``deadline`` (time.time())
@@ -84,7 +106,7 @@ def generate(model, out: Path, jobs: list[dict], *, max_tokens: int, n_seq: int 
     t0, n_tok = time.time(), 0
     with open(out, "a") as f, pymtp.Batch(model, n_seq=n_seq, n_ctx=n_ctx, spec=False) as batch:
         waiting = list(todo)
-        running: dict[int, tuple[dict, object]] = {}
+        running: dict[int, tuple[dict, pymtp.BatchItem]] = {}
         while waiting or batch.active:
             if deadline is not None and time.time() > deadline and waiting:
                 log(f"  time budget spent: {len(waiting)} texts left for a later run")
@@ -92,22 +114,26 @@ def generate(model, out: Path, jobs: list[dict], *, max_tokens: int, n_seq: int 
             while waiting and batch.free:
                 j = waiting.pop(0)
                 temp = j["temperature"]
-                sampling = SamplingConfig(temperature=temp, top_p=SAMPLED["top_p"] if temp else 1.0,
-                                          seed=_job_seed(seed, j["id"]))
+                sampling = SamplingConfig(
+                    temperature=temp, top_p=SAMPLED["top_p"] if temp else 1.0, seed=_job_seed(seed, j["id"])
+                )
                 item = batch.add(j["prompt"], sampling=sampling, limits=limits)
                 running[item.seq_id] = (j, item)
             batch.step()
             for seq, (j, item) in list(running.items()):
                 if item.finished:
                     del running[seq]
+                    assert item.result is not None  # finished
                     toks = list(item.result.tokens)
                     n_tok += len(toks)
                     f.write(json.dumps(j | {"completion": toks}) + "\n")
                     f.flush()
                     done.add(j["id"])
                     if len(done) % 50 == 0:
-                        log(f"  {len(done)}/{len(jobs)} texts, {n_tok} new tokens, "
-                            f"{n_tok / (time.time() - t0):.0f} tok/s")
+                        log(
+                            f"  {len(done)}/{len(jobs)} texts, {n_tok} new tokens, "
+                            f"{n_tok / (time.time() - t0):.0f} tok/s"
+                        )
     return out
 
 
@@ -117,7 +143,7 @@ def _drop_partial_line(path: Path) -> None:
         return
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
-        path.write_bytes(data[:data.rfind(b"\n") + 1])
+        path.write_bytes(data[: data.rfind(b"\n") + 1])
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -126,7 +152,7 @@ def read_jsonl(path: Path) -> list[dict]:
         for line in f:
             try:
                 out.append(json.loads(line))
-            except json.JSONDecodeError:      # a line cut short by an interrupted run
+            except json.JSONDecodeError:  # a line cut short by an interrupted run
                 continue
     return out
 
@@ -137,8 +163,16 @@ def trunk_documents(path: Path) -> list[dict]:
     for t in read_jsonl(path):
         toks = (t["prompt"] + t["completion"])[:WINDOW]
         if len(toks) - len(t["prompt"]) >= 8:
-            docs.append({"id": t["id"], "domain": t["domain"], "held_out": t["held_out"], "tokens": toks,
-                         "first": len(t["prompt"]), "temperature": t.get("temperature", 0.0)})
+            docs.append(
+                {
+                    "id": t["id"],
+                    "domain": t["domain"],
+                    "held_out": t["held_out"],
+                    "tokens": toks,
+                    "first": len(t["prompt"]),
+                    "temperature": t.get("temperature", 0.0),
+                }
+            )
     return docs
 
 
@@ -149,27 +183,31 @@ def package_descriptions() -> list[tuple[str, str]]:
 
     out, seen = [], set()
     for dist in metadata.distributions():
-        name = (dist.metadata.get("Name") or "").lower()
+        meta: Any = dist.metadata  # an email Message: .get(), get_payload() (not in the protocol's type)
+        name = (meta.get("Name") or "").lower()
         if not name or name in seen:
             continue
         seen.add(name)
-        body = dist.metadata.get_payload() if hasattr(dist.metadata, "get_payload") else None
-        body = body or dist.metadata.get("Description") or ""
+        body = meta.get_payload() if hasattr(meta, "get_payload") else None
+        body = body or meta.get("Description") or ""
         if len(body) >= 2000:
             out.append((name, body))
     return sorted(out)
 
 
-def human_documents(model, *, code_tokens: int, docs_tokens: int, seed: int,
-                    splits: tuple[bool, ...] = (False, True)) -> list[dict]:
+def human_documents(
+    model, *, code_tokens: int, docs_tokens: int, seed: int, splits: tuple[bool, ...] = (False, True)
+) -> list[dict]:
     """Windows of WINDOW tokens of stdlib code and package prose: held-out windows up to a
     tenth of each budget, training windows up to the budget (files in a seeded order); only
     the splits named (held_out False / True)."""
     rng = random.Random(seed)
     out = []
     train_files, held_files = data.split_files()
-    sources = {"code": [(False, f, None) for f in train_files] + [(True, f, None) for f in held_files],
-               "docs": [(_held(n), n, body) for n, body in package_descriptions()]}
+    sources: dict[str, list[tuple[bool, str, Any]]] = {
+        "code": [(False, f, None) for f in train_files] + [(True, f, None) for f in held_files],
+        "docs": [(_held(n), n, body) for n, body in package_descriptions()],
+    }
     budgets = {"code": code_tokens, "docs": docs_tokens}
     for domain, items in sources.items():
         rng.shuffle(items)
@@ -185,7 +223,7 @@ def human_documents(model, *, code_tokens: int, docs_tokens: int, seed: int,
                 continue
             toks = model.tokenize(text, add_special=False)
             for i in range(0, len(toks), WINDOW):
-                w = toks[i:i + WINDOW]
+                w = toks[i : i + WINDOW]
                 if len(w) < 64 or used[held] >= cap:
                     break
                 out.append({"id": f"{domain}:{name}:{i}", "domain": domain, "held_out": held, "tokens": w, "first": 1})

@@ -47,7 +47,10 @@ def prepare(vocab_size: int, work: Path, tokenizer_out: Path):
     work.mkdir(parents=True, exist_ok=True)
     tr = data.encode_stream(tok, train_texts)
     he = data.encode_stream(tok, held_texts)
-    print(f"files: train {len(train_texts)}, held-out {len(held_texts)}; tokens: train {len(tr)}, held-out {len(he)}", flush=True)
+    print(
+        f"files: train {len(train_texts)}, held-out {len(held_texts)}; tokens: train {len(tr)}, held-out {len(he)}",
+        flush=True,
+    )
     return tok, tr, he
 
 
@@ -55,7 +58,7 @@ def batches(stream: np.ndarray, batch: int, seq: int, rng: np.random.Generator):
     n = len(stream) - seq - 1
     while True:
         starts = rng.integers(0, n, size=batch)
-        yield torch.from_numpy(np.stack([stream[s:s + seq + 1] for s in starts]).astype(np.int64))
+        yield torch.from_numpy(np.stack([stream[s : s + seq + 1] for s in starts]).astype(np.int64))
 
 
 def batch_at(stream: np.ndarray, batch: int, seq: int, seed: int, step: int) -> torch.Tensor:
@@ -83,8 +86,9 @@ def quick_eval(model, x):
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m pymtp.train.train", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m pymtp.train.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", default="src/pymtp/models/pymtp-default.gguf")
     ap.add_argument("--work", default="build/pymtp-train", help="checkpoint / scratch directory")
     ap.add_argument("--records", default=str(RECORDS_DIR), help="loss curve, run record, tokenizer, reference")
@@ -101,13 +105,19 @@ def main(argv=None) -> None:
     ap.add_argument("--bias-rate", type=float, default=1e-3, help="exp_probs_b load-balance update rate")
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--ckpt-every", type=int, default=25, help="save a resumable state every N steps")
-    ap.add_argument("--resume", action="store_true", help="continue from <work>/state.pt (same result as an uninterrupted run)")
+    ap.add_argument(
+        "--resume", action="store_true", help="continue from <work>/state.pt (same result as an uninterrupted run)"
+    )
     ap.add_argument("--bench", type=int, default=0, help="only time this many steps and exit")
     for f, v in Config().to_dict().items():
         if f == "n_vocab":
             continue
         t = type(v)
-        ap.add_argument("--" + f.replace("_", "-"), type=(lambda s: s.lower() in ("1", "true", "yes")) if t is bool else t, default=v)
+        ap.add_argument(
+            "--" + f.replace("_", "-"),
+            type=(lambda s: s.lower() in ("1", "true", "yes")) if t is bool else t,
+            default=v,
+        )
     ap.add_argument("--vocab", type=int, default=4096)
     args = ap.parse_args(argv)
 
@@ -126,9 +136,12 @@ def main(argv=None) -> None:
 
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": args.wd}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+    )
 
     erng = np.random.default_rng(args.seed + 1)
     eval_x = next(batches(he, 8, args.seq, erng))
@@ -143,8 +156,18 @@ def main(argv=None) -> None:
     curve = []
     work.mkdir(parents=True, exist_ok=True)
     csv_path = record_path(out, ".loss.csv", args.records)
-    header = ["step", "tokens", "lr", "loss_ntp", "loss_mtp", "heldout_loss_ntp", "heldout_loss_mtp",
-              "heldout_acc", "heldout_accept", "elapsed_s"]
+    header = [
+        "step",
+        "tokens",
+        "lr",
+        "loss_ntp",
+        "loss_mtp",
+        "heldout_loss_ntp",
+        "heldout_loss_mtp",
+        "heldout_acc",
+        "heldout_accept",
+        "elapsed_s",
+    ]
     state_path = work / "state.pt"
     start, ema_n, ema_m, t_prev = 0, None, None, 0.0
     if args.resume and state_path.exists():
@@ -172,7 +195,7 @@ def main(argv=None) -> None:
         opt.step()
         with torch.no_grad():  # aux-loss-free balancing of the MTP experts
             load = moe.last_load
-            moe.exp_probs_b += args.bias_rate * torch.sign(load.mean() - load)
+            moe.exp_probs_b += args.bias_rate * torch.sign(load.mean() - load)  # type: ignore[union-attr,operator]
         ln, lm = l_ntp.item(), l_mtp.item()
         ema_n = ln if ema_n is None else 0.95 * ema_n + 0.05 * ln
         ema_m = lm if ema_m is None else 0.95 * ema_m + 0.05 * lm
@@ -182,18 +205,42 @@ def main(argv=None) -> None:
         else:
             ev = (None,) * 4
         el = time.time() - t0
-        row = [step, (step + 1) * args.batch * args.seq, lr_at(step), round(ln, 5), round(lm, 5),
-               *(None if v is None else round(v, 5) for v in ev), round(el, 1)]
+        row = [
+            step,
+            (step + 1) * args.batch * args.seq,
+            lr_at(step),
+            round(ln, 5),
+            round(lm, 5),
+            *(None if v is None else round(v, 5) for v in ev),
+            round(el, 1),
+        ]
         wr.writerow(row)
         fcsv.flush()
         curve.append(row)
         if step % 10 == 0 or last:
-            extra = "" if ev[0] is None else f" | held-out ntp {ev[0]:.3f} mtp {ev[1]:.3f} acc {ev[2]:.3f} accept {ev[3]:.3f}"
-            print(f"step {step:5d} loss ntp {ema_n:.3f} mtp {ema_m:.3f} lr {lr_at(step):.2e} "
-                  f"{el / (step + 1):.2f}s/step{extra}", flush=True)
+            extra = (
+                ""
+                if ev[0] is None
+                else f" | held-out ntp {ev[0]:.3f} mtp {ev[1]:.3f} acc {ev[2]:.3f} accept {ev[3]:.3f}"
+            )
+            print(
+                f"step {step:5d} loss ntp {ema_n:.3f} mtp {ema_m:.3f} lr {lr_at(step):.2e} "
+                f"{el / (step + 1):.2f}s/step{extra}",
+                flush=True,
+            )
         if args.ckpt_every and (step + 1) % args.ckpt_every == 0 and not args.bench:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1, "ema_n": ema_n,
-                        "ema_m": ema_m, "curve": curve, "elapsed": time.time() - t0}, work / "state.tmp")
+            torch.save(
+                {
+                    "model": model.state_dict(),
+                    "opt": opt.state_dict(),
+                    "step": step + 1,
+                    "ema_n": ema_n,
+                    "ema_m": ema_m,
+                    "curve": curve,
+                    "elapsed": time.time() - t0,
+                },
+                work / "state.tmp",
+            )
             os.replace(work / "state.tmp", state_path)
     fcsv.close()
     if args.bench:
@@ -201,15 +248,21 @@ def main(argv=None) -> None:
         return
     ckpt = work / "model.pt"
     torch.save({"config": cfg.to_dict(), "state_dict": model.state_dict(), "args": vars(args)}, ckpt)
-    meta = {"config": cfg.to_dict(), "args": vars(args), "params": model.num_params(),
-            "train_seconds": round(time.time() - t0, 1), "final": dict(zip(
-                ["heldout_loss_ntp", "heldout_loss_mtp", "heldout_acc", "heldout_accept"], ev)),
-            "final_train_loss_ntp_ema": ema_n, "final_train_loss_mtp_ema": ema_m,
-            "torch": torch.__version__}
+    meta = {
+        "config": cfg.to_dict(),
+        "args": vars(args),
+        "params": model.num_params(),
+        "train_seconds": round(time.time() - t0, 1),
+        "final": dict(zip(["heldout_loss_ntp", "heldout_loss_mtp", "heldout_acc", "heldout_accept"], ev)),
+        "final_train_loss_ntp_ema": ema_n,
+        "final_train_loss_mtp_ema": ema_m,
+        "torch": torch.__version__,
+    }
     record_path(out, ".train.json", args.records).write_text(json.dumps(meta, indent=1) + "\n")
     print(f"checkpoint: {ckpt}", flush=True)
 
     from .export import export_all
+
     export_all(model, tok, out, he, args.records)
 
 
