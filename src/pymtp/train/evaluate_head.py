@@ -154,7 +154,7 @@ def prompts_for(model, text: Path | None, n: int) -> list[list[int]]:
         held = [t for t in teacher_text.read_jsonl(text) if t["held_out"]]
         for dom in ("chat", "prose"):
             out += [t["prompt"] for t in held if t["domain"] == dom][:n]
-    code = [d for d in teacher_text.human_documents(model, code_tokens=10 * 64 * n, docs_tokens=0, seed=0,
+    code = [d for d in teacher_text.human_documents(model, code_tokens=10 * WINDOW * n, docs_tokens=0, seed=0,
                                                     splits=(True,)) if d["domain"] == "code"]
     out += [d["tokens"][:64] for d in code[:n]]
     return out
