@@ -139,7 +139,7 @@ def test_chain_loss_weights_steps_and_masks_the_crop_end():
     assert [f["rows"] <= B * (L - k) for k, f in enumerate(figs, 1)] == [True] * 3
     assert figs[0]["rows"] > figs[2]["rows"]
     w = np.array([1, 0.6, 0.36])
-    assert abs(float(loss) - float((w * [f["kl"] for f in figs]).sum() / w.sum())) < 1e-5
+    assert abs(float(loss.detach()) - float((w * [f["kl"] for f in figs]).sum() / w.sum())) < 1e-5
     loss.backward()
     assert head.eh_proj.weight.grad is not None and head.eh_proj.weight.grad.abs().sum() > 0
     # feed="draft" runs the head's own argmax in

@@ -173,7 +173,7 @@ def prompts_for(model, text: Path | None, n: int) -> list[list[int]]:
             out += [t["prompt"] for t in held if t["domain"] == dom][:n]
     code = [
         d
-        for d in teacher_text.human_documents(model, code_tokens=10 * 64 * n, docs_tokens=0, seed=0, splits=(True,))
+        for d in teacher_text.human_documents(model, code_tokens=10 * WINDOW * n, docs_tokens=0, seed=0, splits=(True,))
         if d["domain"] == "code"
     ]
     out += [d["tokens"][:64] for d in code[:n]]
