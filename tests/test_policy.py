@@ -106,6 +106,16 @@ def test_expensive_verify_means_plain_even_at_full_acceptance():
     assert all(k <= 1 for k in ks[10:])
 
 
+def test_probes_that_go_as_expected_back_off():
+    """Plain steps win at acceptance 0.7 with a dear verify: probes accept some tokens, as the
+    estimate says they would; that is no news, so they back off (they do not come every few
+    steps as after a surprise)."""
+    # (costs never timed: only the backoff spaces the probes)
+    p = AutoPolicy(SpecConfig(policy="auto", n_draft=4), 4, costs=CostModel(DEAR, 0.02), shared=True)
+    ks = run(p, lambda step: 0.7, 400)
+    assert sum(1 for k in ks[20:] if k) <= 12
+
+
 def test_finds_long_drafts_where_only_long_drafts_pay():
     """A verify whose second row is dear and later rows nearly free (a kernel switch at 2 rows):
     a one-token draft loses even at full acceptance, four tokens win. From the prior (plain steps

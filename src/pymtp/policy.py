@@ -468,9 +468,9 @@ class AutoPolicy:
             self._drafted_once = True
             self.acceptance.update(n_drafted, n_accepted)
             if choice is not None and choice.probe:
-                # A rejected probe: back off. An accepted one: the text may have changed, so
-                # the older evidence counts half and the next probe comes sooner.
-                if n_accepted:
+                # A probe that did better than expected: the text may have changed, so the
+                # older evidence counts half and the next probe comes sooner. Otherwise back off.
+                if n_accepted > choice.tokens - 1.0 + 0.5:
                     self.acceptance.discount(0.5)
                     self._probe_gap = max(PROBE_MIN, self._probe_gap // 2)
                 else:
