@@ -9,8 +9,9 @@ That holds because a row's bits do not depend on the batch it is decoded in
 (tests/test_batch_invariance.py) as long as a decode has at most 8 rows: the servers run with
 PYMTP_MAX_UBATCH=8, so prefills and the batched steps of three choices (3 x 4 rows) are
 computed 8 rows at a time too. Without it, Q4_K_M parts between --parallel 1 and 4 (a cached
-prompt position decoded again in a small batch, 12-row steps). The contract is in
-docs/design/exactness.md."""
+prompt position decoded again in a small batch, 12-row steps). The draft lengths are fixed
+(policy "fixed"): the auto policy chooses them from measured seconds, and a sampled text's
+path depends on them. The contract is in docs/design/exactness.md."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ def _requests() -> list[tuple[str, dict]]:
                         max_tokens=40,
                         ignore_eos=True,
                         speculative=speculative,
+                        policy="fixed",
                     ),
                 )
             )
@@ -73,6 +75,7 @@ def _requests() -> list[tuple[str, dict]]:
                 top_p=0.95,
                 max_tokens=40,
                 ignore_eos=True,
+                policy="fixed",
             ),
         )
     )

@@ -106,6 +106,16 @@ def test_expensive_verify_means_plain_even_at_full_acceptance():
     assert all(k <= 1 for k in ks[10:])
 
 
+def test_probes_that_go_as_expected_back_off():
+    """Plain steps win at acceptance 0.7 with a dear verify: probes accept some tokens, as the
+    estimate says they would; that is no news, so they back off (they do not come every few
+    steps as after a surprise)."""
+    # (costs never timed: only the backoff spaces the probes)
+    p = AutoPolicy(SpecConfig(policy="auto", n_draft=4), 4, costs=CostModel(DEAR, 0.02), shared=True)
+    ks = run(p, lambda step: 0.7, 400)
+    assert sum(1 for k in ks[20:] if k) <= 12
+
+
 def test_finds_long_drafts_where_only_long_drafts_pay():
     """A verify whose second row is dear and later rows nearly free (a kernel switch at 2 rows):
     a one-token draft loses even at full acceptance, four tokens win. From the prior (plain steps
@@ -381,13 +391,14 @@ def test_stats_show_and_plot_the_choice():
 def test_the_server_and_the_cli_take_a_policy(echo):
     """A request's policy (or the server's default, --policy) reaches its SpecConfig; the CLI's
     --policy too; n_draft alone still means fixed."""
-    from pymtp.cli import _speculative, build_parser
+    from pymtp.cli import build_parser
+    from pymtp.cli_options import flat_from_args
     from pymtp.server.jobs import JobMaker
     from pymtp.server.schemas import CompletionRequest
 
     sess, _ = echo[1.0]
     jobs = JobMaker(sess, "echo")
-    spec = lambda maker, **kw: maker.completion(CompletionRequest(prompt="x", **kw))[0].spec
+    spec = lambda maker, **kw: maker.completion(CompletionRequest(prompt="x", **kw))[0].request.spec
     assert spec(jobs).policy == "auto"
     assert spec(jobs, n_draft=2).policy == "fixed"
     assert spec(jobs, n_draft=2, policy="auto").policy == "auto"
@@ -395,6 +406,6 @@ def test_the_server_and_the_cli_take_a_policy(echo):
     with pytest.raises(Exception, match="policy"):
         CompletionRequest(prompt="x", policy="never")
     args = build_parser().parse_args(["generate", "--policy", "fixed", "hi"])
-    assert _speculative(args, sess.model) == {"policy": "fixed"}
+    assert flat_from_args(args)["policy"] == "fixed"
     serve = build_parser().parse_args(["serve", "--policy", "auto"])
     assert serve.policy == "auto"

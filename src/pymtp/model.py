@@ -605,6 +605,9 @@ class DraftContext(_Context):
                 f"{model.n_mtp_layers}): it cannot draft. Run it with speculative=False."
             )
         p = self._params(target.n_ctx, n_batch or target.n_batch, 0, n_threads, n_seq_max)
+        # No PYMTP_MAX_UBATCH cap here: the trimmed draft vocabulary reads a batch's chosen head
+        # rows from one ubatch, and a draft decode of more than 8 rows (many texts) needs them.
+        p.n_ubatch = 0
         with self.lock:
             self._h = _new_handle("pymtp_ctx **", lib.pymtp_draft_create, target._handle(), p)
             self._init_info()

@@ -1,0 +1,274 @@
+"""What verifying and drafting cost, for one model on one machine (pymtp.policy's auto policy).
+
+CostModel: c_verify(n, pos) = ratio(n) * (W(n) + A * n * pos): W(n) the seconds of an n-row
+decode at the start of a context, calibrated once per model and thread count in a fraction of
+a second on a scratch context (cached for the process: costs_for); A the attention's extra
+seconds per row and cached position (from the same calibration, when the budget allows a
+longer fill); and ratio(n) a decayed correction from the step timings the speculator measures
+anyway. A draft token's seconds and a step's overhead outside the decodes are learned from the
+same timings, per mode (greedy or sampled drafts).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import weakref
+
+import numpy as np
+
+#: Calibration: seconds it may take, and repeats per row count (the fastest one counts).
+CALIBRATION_BUDGET = 0.4
+CALIBRATION_REPEATS = 3
+
+
+_NONE = (0.0, 0.0)
+
+
+class CostModel:
+    """Seconds of a verify of n rows at context position pos, and of one draft token.
+
+    ``rows`` maps row counts to the seconds of a decode at the start of a context (W(n));
+    others are interpolated linearly (and extrapolated from the last two). ``attn``: extra
+    seconds per row per cached position. ``learn=False`` freezes it (tests inject a table)."""
+
+    def __init__(
+        self,
+        rows: dict[int, float],
+        c_draft: float,
+        attn: float = 0.0,
+        *,
+        learn: bool = True,
+        window: int = 24,
+        overhead: tuple[float, float] = (0.0, 0.0),
+    ) -> None:
+        if 1 not in rows or any(n < 1 or t <= 0 for n, t in rows.items()):
+            raise ValueError("a cost table needs positive seconds for 1 row (and any other row counts >= 1)")
+        self._n = np.array([0] + sorted(rows), dtype=float)
+        self._t = np.array([0.0] + [rows[n] for n in sorted(rows)])
+        self.attn = max(0.0, float(attn))
+        self.learn = learn
+        self._decay = 1.0 - 1.0 / window
+        self._c_draft = float(c_draft)  # priors: a draft token, a plain / drafting step's overhead
+        self._overhead = list(overhead)
+        self._means: dict[tuple, list[float]] = {}  # learned: key -> [decayed mean, weight]
+        self._w: dict[int, float] = {}
+        self._ratio: dict[int, list[float]] = {}  # rows -> decayed [sum of measured/predicted, weight]
+        self._all = [0.0, 0.0]
+        self._lock = threading.Lock()
+
+    @classmethod
+    def table(
+        cls, rows: dict[int, float], c_draft: float, attn: float = 0.0, overhead: tuple[float, float] = (0.0, 0.0)
+    ) -> CostModel:
+        """A fixed cost table (no calibration, no learning): for tests and what-ifs."""
+        return cls(rows, c_draft, attn, learn=False, overhead=overhead)
+
+    def weights(self, n: int) -> float:
+        """W(n): the calibrated seconds of n rows at the start of a context (cached per n: the
+        policy asks every step)."""
+        w = self._w.get(n)
+        if w is None:
+            ns, ts = self._n, self._t
+            if n <= ns[-1]:
+                w = float(np.interp(n, ns, ts))
+            else:  # beyond the table: the slope of its last two points
+                slope = (ts[-1] - ts[-2]) / (ns[-1] - ns[-2])
+                w = float(ts[-1] + slope * (n - ns[-1]))
+            self._w[n] = w
+        return w
+
+    def base(self, n: int, pos: float = 0.0) -> float:
+        """The calibrated seconds of n rows at mean position pos (no online correction)."""
+        return self.weights(n) + self.attn * n * pos
+
+    def ratio(self, n: int) -> float:
+        """Measured over calibrated time, for n rows: its own decayed mean shrunk towards the mean
+        over all row counts (which starts at 1)."""
+        g = (self._all[0] + 1.0) / (self._all[1] + 1.0)
+        s, w = self._ratio.get(n, _NONE)
+        return (s + 2.0 * g) / (w + 2.0)
+
+    def seen(self, n: int) -> float:
+        """How many verifies of n rows were timed (decayed)."""
+        return self._ratio.get(n, _NONE)[1] if self.learn else float("inf")
+
+    def verify(self, n: int, pos: float = 0.0) -> float:
+        """Predicted seconds of a verify of n rows at mean position pos."""
+        return self.ratio(n) * self.base(n, pos) if n > 0 else 0.0
+
+    def added(self, before: int, n: int, pos: float = 0.0) -> float:
+        """Seconds n more rows add to a verify that already carries `before` rows."""
+        return self.verify(before + n, pos) - self.verify(before, pos)
+
+    # Draft cost and step overhead depend on the mode ("greedy" or "sample": sampled drafts
+    # choose each token in Python), so each mode learns its own.
+
+    def draft_cost(self, mode: str = "greedy") -> float:
+        """Seconds per draft token (the head's decodes and the token choice)."""
+        return self._mean(("draft", mode), self._c_draft)
+
+    @property
+    def c_draft(self) -> float:
+        return self.draft_cost()
+
+    def overhead(self, drafting: bool, mode: str = "greedy") -> float:
+        """Seconds a step spends outside the draft and verify decodes (choosing, accepting,
+        handing rows over): a plain step's, or a drafting step's."""
+        return self._mean(("overhead", drafting, mode), self._overhead[int(drafting)])
+
+    def observe_overhead(self, drafting: bool, seconds: float, mode: str = "greedy") -> None:
+        if seconds >= 0:
+            self._observe(("overhead", drafting, mode), self._overhead[int(drafting)], 0.0, seconds)
+
+    def _mean(self, key, prior: float) -> float:
+        v = self._means.get(key)
+        return prior if v is None else v[0]
+
+    def _observe(self, key, prior: float, prior_weight: float, x: float) -> None:
+        if not self.learn:
+            return
+        with self._lock:
+            v = self._means.setdefault(key, [prior, prior_weight])
+            w = self._decay * v[1]
+            v[0] = (w * v[0] + x) / (w + 1.0)
+            v[1] = w + 1.0
+
+    def observe_verify(self, n: int, pos: float, seconds: float) -> None:
+        """A verify of n rows at mean position pos took these seconds."""
+        if not self.learn or n < 1 or seconds <= 0:
+            return
+        r = min(5.0, max(0.2, seconds / max(self.base(n, pos), 1e-12)))  # a preempted step is not the model
+        d = self._decay
+        with self._lock:
+            for acc in (self._ratio.setdefault(n, [0.0, 0.0]), self._all):
+                acc[0] = d * acc[0] + r
+                acc[1] = d * acc[1] + 1.0
+
+    def observe_draft(self, n_tokens: int, seconds: float, mode: str = "greedy") -> None:
+        """Drafting n_tokens took these seconds (decodes of the head and token choice)."""
+        if n_tokens >= 1 and seconds > 0:
+            self._observe(("draft", mode), self._c_draft, 1.0, seconds / n_tokens)
+
+    def describe(self) -> dict:
+        return {
+            "rows": {int(n): float(t) for n, t in zip(self._n[1:], self._t[1:])},
+            "attn": self.attn,
+            "c_draft": {m: self.draft_cost(m) for m in ("greedy", "sample")},
+            "overhead": {m: [self.overhead(False, m), self.overhead(True, m)] for m in ("greedy", "sample")},
+            "ratio": {n: self.ratio(n) for n in sorted(self._ratio)},
+        }
+
+
+def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_threads: int | None = None) -> CostModel:
+    """Measure W(n) for n = 1 .. max_rows (a few row counts, within `budget` seconds) and the
+    attention's cost per position on a scratch context of `model`, then free it."""
+    from .model import (
+        TargetContext,  # (import here: policy.py is imported by the engine)
+    )
+
+    t_start = time.perf_counter()
+    sizes = sorted({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64} & set(range(1, max_rows + 1)) | {max_rows})
+    order = [1, 2, max_rows] + [n for n in sizes if n not in (1, 2, max_rows)]
+    fill = 256  # positions for the attention measurement
+    n_ctx = fill + max(max_rows, 16) + 8
+    ctx = TargetContext(model, n_ctx=n_ctx, n_batch=max(fill, max_rows), n_threads=n_threads)
+    try:
+        vocab = max(2, model.n_vocab)
+        toks = [(11 + 7 * i) % vocab for i in range(n_ctx)]
+        p0 = 8
+        ctx.decode(toks[:p0], 0)  # a short prefix (and the first decode's warm-up)
+        end = [p0]  # the scratch sequence's length
+
+        def rewind(pos: int) -> None:
+            if end[0] > pos:
+                if model.is_recurrent:  # recurrent state cannot drop a decode: start over
+                    ctx.seq_rm(0)
+                    ctx.decode(toks[:pos], 0, output=_last_only(pos))
+                else:
+                    ctx.seq_rm(pos)
+            end[0] = pos
+
+        def once(n: int, pos: int) -> float:
+            rewind(pos)
+            t = time.perf_counter()
+            ctx.decode(toks[pos : pos + n], pos)
+            end[0] = pos + n
+            return time.perf_counter() - t
+
+        def timed(n: int, pos: int) -> float:
+            return min(once(n, pos) for _ in range(CALIBRATION_REPEATS))
+
+        once(1, p0)  # warm-up
+        # Row counts in rounds (the fastest of each counts), so that a burst of load on a shared
+        # machine does not fall on one row count alone; later rounds add row counts while the
+        # budget lasts.
+        rows: dict[int, float] = {}
+        for n in order:
+            if len(rows) >= 2 and time.perf_counter() - t_start > budget * 0.6:
+                break
+            rows[n] = float("inf")
+            for m, t in rows.items():
+                rows[m] = min(t, once(m, p0))
+        for _ in range(CALIBRATION_REPEATS - 1):
+            for m, t in rows.items():
+                rows[m] = min(t, once(m, p0))
+        # n rows cost at least what fewer rows cost and at most n single-row decodes
+        for a, b in itertools.pairwise(sorted(rows)):
+            rows[b] = min(max(rows[b], rows[a]), b * rows[1])
+        attn = 0.0
+        # The fill costs about fill / max_rows decodes of max_rows rows: only when it fits the budget.
+        est_fill = rows.get(max_rows, rows[1]) * fill / max(max_rows, 1) + 2 * CALIBRATION_REPEATS * rows[1]
+        if model.is_recurrent:
+            est_fill *= CALIBRATION_REPEATS  # each repeat decodes the fill again (rewind)
+        if time.perf_counter() - t_start + est_fill < budget:
+            rewind(p0)
+            ctx.decode(toks[p0:fill], p0, output=_last_only(fill - p0))
+            end[0] = fill
+            far = timed(1, fill)
+            attn = max(0.0, (far - rows[1]) / (fill - p0))
+    finally:
+        ctx.close()
+    # Prior for a draft token: the head is about one block of the trunk's n_layer plus a head;
+    # the speculator's own timings replace it after the first drafting steps.
+    c_draft = rows[1] * min(0.5, 2.0 / (getattr(model, "n_layer", 8) + 1))
+    return CostModel(rows, c_draft, attn)
+
+
+def _last_only(n: int) -> np.ndarray:
+    out = np.zeros(n, dtype=np.uint8)
+    out[-1] = 1
+    return out
+
+
+_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {threads: CostModel}
+_COSTS_LOCK = threading.Lock()
+
+
+def costs_for(model, max_rows: int, n_threads: int | None = None) -> CostModel:
+    """The process's CostModel of `model` at this thread count, calibrated on first use (or
+    again when a batch needs more rows than were measured... extrapolated instead: see base())."""
+    from .model import default_threads
+
+    key = n_threads or default_threads()
+    with _COSTS_LOCK:
+        per_model = _COSTS.setdefault(model, {})
+        cm = per_model.get(key)
+        if cm is None:
+            cm = per_model[key] = calibrate(model, max(2, max_rows), n_threads=n_threads)
+        return cm
+
+
+def use_costs(model, costs: CostModel | None, n_threads: int | None = None) -> None:
+    """Make `costs` the CostModel of `model` (e.g. a fixed table in a test); None: forget it
+    (the next use calibrates again)."""
+    from .model import default_threads
+
+    key = n_threads or default_threads()
+    with _COSTS_LOCK:
+        per_model = _COSTS.setdefault(model, {})
+        if costs is None:
+            per_model.pop(key, None)
+        else:
+            per_model[key] = costs
