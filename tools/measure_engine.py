@@ -71,11 +71,19 @@ def bench_once(env: dict, args, out: Path) -> dict[str, list[float]]:
     return got
 
 
-PAIRED_PROMPTS = ["def fibonacci(n):", "The history of the printing press", "import json\n\ndef load(path):",
-                  "class Stack:\n    def push(self, x):"]
+PAIRED_PROMPTS = [
+    "def fibonacci(n):",
+    "The history of the printing press",
+    "import json\n\ndef load(path):",
+    "class Stack:\n    def push(self, x):",
+]
 #: (name, prompts, temperature, speculative) of the paired cases
-PAIRED_CASES = [(f"{n} {'1 stream' if k == 1 else f'{k} prompts'} T={t}", k, t, spec)
-                for k in (1, 4) for t in (0.0, 0.8) for n, spec in (("mtp-3", {"n_draft": 3}), ("plain", False))]
+PAIRED_CASES = [
+    (f"{n} {'1 stream' if k == 1 else f'{k} prompts'} T={t}", k, t, spec)
+    for k in (1, 4)
+    for t in (0.0, 0.8)
+    for n, spec in (("mtp-3", {"n_draft": 3}), ("plain", False))
+]
 
 
 def worker(model: str, tokens: int) -> None:
@@ -87,16 +95,33 @@ def worker(model: str, tokens: int) -> None:
         _, k, temp, spec = PAIRED_CASES[int(line)]
         prompts = PAIRED_PROMPTS[:k] if k > 1 else PAIRED_PROMPTS[0]
         t0, c0 = time.perf_counter(), time.process_time()
-        pymtp.generate(prompts, session, max_tokens=tokens, ignore_eos=True, temperature=temp, seed=1,
-                       speculative=spec)
+        pymtp.generate(prompts, session, max_tokens=tokens, ignore_eos=True, temperature=temp, seed=1, speculative=spec)
         print(f"{time.perf_counter() - t0} {time.process_time() - c0}", flush=True)
 
 
 def paired(sides: dict, args) -> dict:
-    procs = {name: subprocess.Popen([sys.executable, __file__, "--worker", "--model", args.model,
-                                     "--tokens", str(args.tokens), "--before", "-", "--after", "-"],
-                                    env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for name, env in sides.items()}
+    procs = {
+        name: subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                "--model",
+                args.model,
+                "--tokens",
+                str(args.tokens),
+                "--before",
+                "-",
+                "--after",
+                "-",
+            ],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name, env in sides.items()
+    }
 
     def ask(name: str, case: int) -> tuple[float, float]:
         procs[name].stdin.write(f"{case}\n")
@@ -106,7 +131,7 @@ def paired(sides: dict, args) -> dict:
 
     table = {}
     try:
-        for case in range(len(PAIRED_CASES)):             # warm up every case once
+        for case in range(len(PAIRED_CASES)):  # warm up every case once
             for name in procs:
                 ask(name, case)
         ratios: dict[int, list[tuple[float, float]]] = {c: [] for c in range(len(PAIRED_CASES))}
@@ -115,8 +140,10 @@ def paired(sides: dict, args) -> dict:
                 order = ["before", "after"] if i % 2 == 0 else ["after", "before"]
                 got = {name: ask(name, case) for name in order}
                 ratios[case].append((got["after"][0] / got["before"][0], got["after"][1] / got["before"][1]))
-        print(f"paired generations ({args.paired} pairs, {args.tokens} tokens, one thread): "
-              "after/before time, median of the pairs (below 1: faster)")
+        print(
+            f"paired generations ({args.paired} pairs, {args.tokens} tokens, one thread): "
+            "after/before time, median of the pairs (below 1: faster)"
+        )
         for case, rs in ratios.items():
             wall, cpu = statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs)
             table[PAIRED_CASES[case][0]] = {"wall": wall, "cpu": cpu, "pairs": rs}

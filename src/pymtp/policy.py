@@ -210,7 +210,7 @@ class AutoPolicy:
             # does not, a one-token probe would never find out)
             probe_k = max(range(1, len(tps)), key=tps.__getitem__)
             loss = max(0.0, (cost[probe_k] - cost[0]) - (gain[probe_k] - gain[0]) / tps[0])
-            gap = self._probe_gap
+            gap: float = self._probe_gap
             if self.costs.seen(self._rows_before + probe_k + 1) >= PROBE_MIN:
                 # (until a probe's rows were timed a few times, the calibration alone says what
                 # they cost: probe at the plain gap, so that a calibration that a burst of load
