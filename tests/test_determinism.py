@@ -104,11 +104,15 @@ def answers(gguf, tmp_path_factory, request):
         )
     )
     out = {}
+    before = os.environ.get("PYMTP_MAX_UBATCH")
     os.environ["PYMTP_MAX_UBATCH"] = "8"  # prefills in pieces of 8 rows, as decodes: see the module doc
     try:
         _serve(path, out)
-    finally:
-        del os.environ["PYMTP_MAX_UBATCH"]
+    finally:  # as it was (conftest sets it for the whole suite on CPU builds)
+        if before is None:
+            del os.environ["PYMTP_MAX_UBATCH"]
+        else:
+            os.environ["PYMTP_MAX_UBATCH"] = before
     return out
 
 
