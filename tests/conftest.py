@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
 
 import numpy as np
 import pytest
@@ -58,11 +57,6 @@ def models(gguf):
 #: where both tokens are within GREEDY_TIE_EPS of the top logit.
 GPU_BUILD = any(b in build_info().partition("backends:")[2].split() for b in ("CUDA", "VULKAN", "METAL"))
 GREEDY_TIE_EPS = 5e-2 if GPU_BUILD else 0.0
-if not GPU_BUILD:
-    # The suite compares texts bit for bit across batch shapes and cache states: on a CPU build
-    # that holds when every decode, prefills included, computes at most 8 rows at a time
-    # (docs/design/exactness.md). Contexts read it when they are made.
-    os.environ.setdefault("PYMTP_MAX_UBATCH", "8")
 #: How far one row's logits may move when the same tokens are decoded in batches of another
 #: shape: not at all on the CPU backend (patches 0004 and 0005 for batches of up to 8 rows), to
 #: float16 rounding on a GPU backend.
