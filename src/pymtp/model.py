@@ -375,7 +375,9 @@ class _Context:
             raise ValueError("n_batch must be at least 1")
         p.n_ctx, p.n_batch, p.n_rs_seq, p.n_seq_max = n_ctx, n_batch, n_rs_seq, n_seq_max
         cap = max_ubatch()
-        p.n_ubatch = min(n_batch, cap) if cap else 0
+        # not with recurrent snapshots: llama.cpp keeps them per decode and aborts when one is
+        # split into several ubatches
+        p.n_ubatch = min(n_batch, cap) if cap and not n_rs_seq else 0
         p.n_threads = p.n_threads_batch = n_threads or default_threads()
         return p
 
