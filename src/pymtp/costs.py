@@ -1,16 +1,20 @@
 """What verifying and drafting cost, for one model on one machine (pymtp.policy's auto policy).
 
-CostModel: c_verify(n, pos) = ratio(n) * (W(n) + A * n * pos): W(n) the seconds of an n-row
-decode at the start of a context, calibrated once per model and thread count in a fraction of
-a second on a scratch context (cached for the process: costs_for); A the attention's extra
+CostModel: c_verify(n, pos) = load * shape(n) * (W(n) + A * n * pos): W(n) the seconds of an
+n-row decode at the start of a context, calibrated once per model and thread count in a fraction
+of a second on a scratch context (cached for the process: costs_for); A the attention's extra
 seconds per row and cached position (from the same calibration, when the budget allows a
-longer fill); and ratio(n) a decayed correction from the step timings the speculator measures
-anyway. A draft token's seconds and a step's overhead outside the decodes are learned from the
-same timings, per mode (greedy or sampled drafts).
+longer fill). The step timings the speculator measures anyway correct it in two parts: `load`,
+how much slower than the calibration this machine runs now (the median of the last few verifies,
+whatever their row count: a burst of load or a preempted step moves every row count alike, and
+one outlier moves none), and shape(n), a slow correction of W(n)'s shape per row count. A draft
+token's seconds are learned relative to the same load (a draft timed under load stays right when
+the load goes), per mode (greedy or sampled drafts), as is a step's overhead outside the decodes.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import threading
 import time
@@ -21,6 +25,11 @@ import numpy as np
 #: Calibration: seconds it may take, and repeats per row count (the fastest one counts).
 CALIBRATION_BUDGET = 0.4
 CALIBRATION_REPEATS = 3
+#: Verifies the load is the median of.
+LOAD_SPAN = 9
+#: A timing further than this factor from the prediction is clipped to it before it teaches the
+#: shape or the draft cost (a step preempted by another process is not the model's cost).
+CLIP = 1.5
 
 
 _NONE = (0.0, 0.0)
@@ -54,8 +63,8 @@ class CostModel:
         self._overhead = list(overhead)
         self._means: dict[tuple, list[float]] = {}  # learned: key -> [decayed mean, weight]
         self._w: dict[int, float] = {}
-        self._ratio: dict[int, list[float]] = {}  # rows -> decayed [sum of measured/predicted, weight]
-        self._all = [0.0, 0.0]
+        self._recent: collections.deque[float] = collections.deque(maxlen=LOAD_SPAN)  # measured / predicted by shape
+        self._shape: dict[int, list[float]] = {}  # rows -> decayed [sum of measured / (calibrated * load), weight]
         self._lock = threading.Lock()
 
     @classmethod
@@ -83,16 +92,25 @@ class CostModel:
         """The calibrated seconds of n rows at mean position pos (no online correction)."""
         return self.weights(n) + self.attn * n * pos
 
+    def load(self) -> float:
+        """How much slower than the calibration the machine runs now: the median of the last
+        LOAD_SPAN verifies' measured / predicted seconds (1 before any)."""
+        r = self._recent
+        return float(np.median(r)) if r else 1.0
+
+    def shape(self, n: int) -> float:
+        """The learned correction of W(n)'s shape: its decayed mean, shrunk towards 1 (the
+        calibration's shape) by two pseudo-counts."""
+        s, w = self._shape.get(n, _NONE)
+        return (s + 2.0) / (w + 2.0)
+
     def ratio(self, n: int) -> float:
-        """Measured over calibrated time, for n rows: its own decayed mean shrunk towards the mean
-        over all row counts (which starts at 1)."""
-        g = (self._all[0] + 1.0) / (self._all[1] + 1.0)
-        s, w = self._ratio.get(n, _NONE)
-        return (s + 2.0 * g) / (w + 2.0)
+        """Measured over calibrated time, for n rows: load() * shape(n)."""
+        return self.load() * self.shape(n)
 
     def seen(self, n: int) -> float:
         """How many verifies of n rows were timed (decayed)."""
-        return self._ratio.get(n, _NONE)[1] if self.learn else float("inf")
+        return self._shape.get(n, _NONE)[1] if self.learn else float("inf")
 
     def verify(self, n: int, pos: float = 0.0) -> float:
         """Predicted seconds of a verify of n rows at mean position pos."""
@@ -106,8 +124,9 @@ class CostModel:
     # choose each token in Python), so each mode learns its own.
 
     def draft_cost(self, mode: str = "greedy") -> float:
-        """Seconds per draft token (the head's decodes and the token choice)."""
-        return self._mean(("draft", mode), self._c_draft)
+        """Seconds per draft token (the head's decodes and the token choice) at the current
+        load (learned as seconds at the calibration's load)."""
+        return self._mean(("draft", mode), self._c_draft) * self.load()
 
     @property
     def c_draft(self) -> float:
@@ -126,11 +145,13 @@ class CostModel:
         v = self._means.get(key)
         return prior if v is None else v[0]
 
-    def _observe(self, key, prior: float, prior_weight: float, x: float) -> None:
+    def _observe(self, key, prior: float, prior_weight: float, x: float, clip: bool = False) -> None:
         if not self.learn:
             return
         with self._lock:
             v = self._means.setdefault(key, [prior, prior_weight])
+            if clip and v[1] >= 2.0:  # (after two timings: until then the prior may be far off)
+                x = min(max(x, v[0] / CLIP), v[0] * CLIP)
             w = self._decay * v[1]
             v[0] = (w * v[0] + x) / (w + 1.0)
             v[1] = w + 1.0
@@ -139,17 +160,22 @@ class CostModel:
         """A verify of n rows at mean position pos took these seconds."""
         if not self.learn or n < 1 or seconds <= 0:
             return
-        r = min(5.0, max(0.2, seconds / max(self.base(n, pos), 1e-12)))  # a preempted step is not the model
-        d = self._decay
+        r = seconds / max(self.base(n, pos), 1e-12)
         with self._lock:
-            for acc in (self._ratio.setdefault(n, [0.0, 0.0]), self._all):
-                acc[0] = d * acc[0] + r
-                acc[1] = d * acc[1] + 1.0
+            shape = self._shape.setdefault(n, [0.0, 0.0])
+            self._recent.append(r / ((shape[0] + 2.0) / (shape[1] + 2.0)))
+            # what is left after the load, within CLIP of the shape so far, teaches the shape
+            x = r / float(np.median(self._recent))
+            s = (shape[0] + 2.0) / (shape[1] + 2.0)
+            x = min(max(x, s / CLIP), s * CLIP)
+            shape[0] = self._decay * shape[0] + x
+            shape[1] = self._decay * shape[1] + 1.0
 
     def observe_draft(self, n_tokens: int, seconds: float, mode: str = "greedy") -> None:
-        """Drafting n_tokens took these seconds (decodes of the head and token choice)."""
+        """Drafting n_tokens took these seconds (decodes of the head and token choice); learned
+        relative to the current load. The first timing replaces the calibration's guess."""
         if n_tokens >= 1 and seconds > 0:
-            self._observe(("draft", mode), self._c_draft, 1.0, seconds / n_tokens)
+            self._observe(("draft", mode), self._c_draft, 0.0, seconds / n_tokens / self.load(), clip=True)
 
     def describe(self) -> dict:
         return {
@@ -157,7 +183,8 @@ class CostModel:
             "attn": self.attn,
             "c_draft": {m: self.draft_cost(m) for m in ("greedy", "sample")},
             "overhead": {m: [self.overhead(False, m), self.overhead(True, m)] for m in ("greedy", "sample")},
-            "ratio": {n: self.ratio(n) for n in sorted(self._ratio)},
+            "load": self.load(),
+            "shape": {n: self.shape(n) for n in sorted(self._shape)},
         }
 
 
