@@ -64,6 +64,7 @@ class CostModel:
         self._means: dict[tuple, list[float]] = {}  # learned: key -> [decayed mean, weight]
         self._w: dict[int, float] = {}
         self._recent: collections.deque[float] = collections.deque(maxlen=LOAD_SPAN)  # measured / predicted by shape
+        self._load = 1.0  # their median (kept: the policy asks every step)
         self._shape: dict[int, list[float]] = {}  # rows -> decayed [sum of measured / (calibrated * load), weight]
         self._lock = threading.Lock()
 
@@ -95,8 +96,7 @@ class CostModel:
     def load(self) -> float:
         """How much slower than the calibration the machine runs now: the median of the last
         LOAD_SPAN verifies' measured / predicted seconds (1 before any)."""
-        r = self._recent
-        return float(np.median(r)) if r else 1.0
+        return self._load
 
     def shape(self, n: int) -> float:
         """The learned correction of W(n)'s shape: its decayed mean, shrunk towards 1 (the
@@ -127,6 +127,11 @@ class CostModel:
         """Seconds per draft token (the head's decodes and the token choice) at the current
         load (learned as seconds at the calibration's load)."""
         return self._mean(("draft", mode), self._c_draft) * self.load()
+
+    def draft_timings(self, mode: str = "greedy") -> float:
+        """How many drafts were timed in this mode (decayed; infinite for a fixed table)."""
+        v = self._means.get(("draft", mode))
+        return (0.0 if v is None else v[1]) if self.learn else float("inf")
 
     @property
     def c_draft(self) -> float:
@@ -164,8 +169,11 @@ class CostModel:
         with self._lock:
             shape = self._shape.setdefault(n, [0.0, 0.0])
             self._recent.append(r / ((shape[0] + 2.0) / (shape[1] + 2.0)))
+            ordered = sorted(self._recent)  # (a few values: sorted() beats numpy here)
+            m = len(ordered) // 2
+            self._load = ordered[m] if len(ordered) % 2 else 0.5 * (ordered[m - 1] + ordered[m])
             # what is left after the load, within CLIP of the shape so far, teaches the shape
-            x = r / float(np.median(self._recent))
+            x = r / self._load
             s = (shape[0] + 2.0) / (shape[1] + 2.0)
             x = min(max(x, s / CLIP), s * CLIP)
             shape[0] = self._decay * shape[0] + x

@@ -49,6 +49,10 @@ PROBE_FIRST, PROBE_MAX = 8, 64
 #: ... the shortest gap, after accepted probes; the share of the time probes may lose at most,
 #: and the longest gap that share may ask for.
 PROBE_MIN, PROBE_BUDGET, PROBE_CAP = 4, 0.02, 256
+#: Until the draft cost was timed this often (per mode: relative to the machine's load, it stays
+#: valid), the step after a probe drafts once more to time a draft token without the head's
+#: catch-up on the tokens it missed (a probe's draft time is no measure of a draft token).
+RETIME_UNTIL = 3
 #: The highest confidence cut auto sets (a head's top probability is seldom above it).
 P_MIN_CAP = 0.9
 # ---- acceptance -----------------------------------------------------------------------------------
@@ -276,7 +280,7 @@ class AutoPolicy:
             if n_drafted and self._drafted_last and self._drafted_once:
                 self.costs.observe_draft(n_drafted, t_draft, self.mode)
         if n_drafted:
-            if self.catching_up and self.costs.learn:
+            if self.catching_up and self.costs.draft_timings(self.mode) < RETIME_UNTIL:
                 self._retime = n_drafted
             self._drafted_once = True
             self.acceptance.update(n_drafted, n_accepted)
