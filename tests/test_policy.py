@@ -262,6 +262,33 @@ def test_cost_model_interpolates_learns_and_counts_positions():
         CostModel({2: 1.0}, 0.1)
 
 
+def test_costs_follow_the_load_on_every_row_count():
+    """Verifies of 5 rows and of 1 row timed at the calibration's speed, then the machine slows
+    to 2x while only 1-row verifies are timed (plain steps): the 5-row prediction follows (a
+    per-row-count mean kept it near 1x, so drafting looked cheap, or dear in the opposite case,
+    for good). A single preempted step (10x) moves nothing; a draft timed under the load counts
+    relative to it."""
+    cm = CostModel({1: 1.0, 5: 3.0}, c_draft=0.5)
+    for _ in range(30):
+        cm.observe_verify(5, 0, 3.0)
+        cm.observe_draft(4, 4 * 0.2)
+    for _ in range(10):
+        cm.observe_verify(1, 0, 1.0)
+    assert cm.verify(5) == pytest.approx(3.0, rel=0.02) and cm.c_draft == pytest.approx(0.2, rel=0.02)
+    for _ in range(30):
+        cm.observe_verify(1, 0, 2.0)
+    assert cm.verify(1) == pytest.approx(2.0, rel=0.05)
+    assert cm.verify(5) == pytest.approx(6.0, rel=0.05)
+    assert cm.c_draft == pytest.approx(0.4, rel=0.05)  # the draft slows with the machine
+    cm.observe_verify(1, 0, 20.0)
+    assert cm.verify(1) == pytest.approx(2.0, rel=0.05) and cm.verify(5) == pytest.approx(6.0, rel=0.05)
+    # a calibration whose 5-row time is 20% off: probes amid plain steps teach the contrast
+    cm = CostModel({1: 1.0, 5: 3.0}, c_draft=0.5)
+    for i in range(200):
+        cm.observe_verify(5, 0, 3.6) if i % 8 == 7 else cm.observe_verify(1, 0, 1.0)
+    assert cm.verify(1) == pytest.approx(1.0, rel=0.03) and cm.verify(5) == pytest.approx(3.6, rel=0.03)
+
+
 @pytest.fixture(scope="module")
 def echo(tmp_path_factory):
     """agree -> (loaded session, maps) for heads that always / never agree (SMALL_SHAPE, F16)."""

@@ -27,6 +27,8 @@ CALIBRATION_BUDGET = 0.4
 CALIBRATION_REPEATS = 3
 #: Verifies the load is the median of.
 LOAD_SPAN = 9
+#: Pseudo-counts of the calibration's shape of W(n) against the learned one.
+SHAPE_PRIOR = 4.0
 #: A timing further than this factor from the prediction is clipped to it before it teaches the
 #: shape or the draft cost (a step preempted by another process is not the model's cost).
 CLIP = 1.5
@@ -63,7 +65,8 @@ class CostModel:
         self._overhead = list(overhead)
         self._means: dict[tuple, list[float]] = {}  # learned: key -> [decayed mean, weight]
         self._w: dict[int, float] = {}
-        self._recent: collections.deque[float] = collections.deque(maxlen=LOAD_SPAN)  # measured / predicted by shape
+        # the last verifies: (rows, measured / (calibrated * shape))
+        self._recent: collections.deque[tuple[int, float]] = collections.deque(maxlen=LOAD_SPAN)
         self._load = 1.0  # their median (kept: the policy asks every step)
         self._shape: dict[int, list[float]] = {}  # rows -> decayed [sum of measured / (calibrated * load), weight]
         self._lock = threading.Lock()
@@ -100,9 +103,9 @@ class CostModel:
 
     def shape(self, n: int) -> float:
         """The learned correction of W(n)'s shape: its decayed mean, shrunk towards 1 (the
-        calibration's shape) by two pseudo-counts."""
+        calibration's shape) by SHAPE_PRIOR pseudo-counts."""
         s, w = self._shape.get(n, _NONE)
-        return (s + 2.0) / (w + 2.0)
+        return (s + SHAPE_PRIOR) / (w + SHAPE_PRIOR)
 
     def ratio(self, n: int) -> float:
         """Measured over calibrated time, for n rows: load() * shape(n)."""
@@ -168,16 +171,18 @@ class CostModel:
         r = seconds / max(self.base(n, pos), 1e-12)
         with self._lock:
             shape = self._shape.setdefault(n, [0.0, 0.0])
-            self._recent.append(r / ((shape[0] + 2.0) / (shape[1] + 2.0)))
-            ordered = sorted(self._recent)  # (a few values: sorted() beats numpy here)
-            m = len(ordered) // 2
-            self._load = ordered[m] if len(ordered) % 2 else 0.5 * (ordered[m - 1] + ordered[m])
-            # what is left after the load, within CLIP of the shape so far, teaches the shape
-            x = r / self._load
-            s = (shape[0] + 2.0) / (shape[1] + 2.0)
-            x = min(max(x, s / CLIP), s * CLIP)
-            shape[0] = self._decay * shape[0] + x
-            shape[1] = self._decay * shape[1] + 1.0
+            s = (shape[0] + SHAPE_PRIOR) / (shape[1] + SHAPE_PRIOR)
+            # The shape learns only from a contrast: this verify against the load that recent
+            # verifies of other row counts show. (While one row count alone is timed, a change
+            # is the machine's load: the median lags a few steps, and a shape learned from those
+            # steps would keep part of the change for good.)
+            others = [v for m, v in self._recent if m != n]
+            self._recent.append((n, r / s))
+            self._load = _median([v for _, v in self._recent])
+            if others:
+                x = min(max(r / _median(others), s / CLIP), s * CLIP)
+                shape[0] = self._decay * shape[0] + x
+                shape[1] = self._decay * shape[1] + 1.0
 
     def observe_draft(self, n_tokens: int, seconds: float, mode: str = "greedy") -> None:
         """Drafting n_tokens took these seconds (decodes of the head and token choice); learned
@@ -269,6 +274,13 @@ def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_thr
     # the speculator's own timings replace it after the first drafting steps.
     c_draft = rows[1] * min(0.5, 2.0 / (getattr(model, "n_layer", 8) + 1))
     return CostModel(rows, c_draft, attn)
+
+
+def _median(xs: list[float]) -> float:
+    """(a few values: sorted() beats numpy here)"""
+    ordered = sorted(xs)
+    m = len(ordered) // 2
+    return ordered[m] if len(ordered) % 2 else 0.5 * (ordered[m - 1] + ordered[m])
 
 
 def _last_only(n: int) -> np.ndarray:
