@@ -19,12 +19,13 @@ bring (plan_batch).
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
-from .acceptance import PROBE_FIRST, Acceptance, carried
 from .config import SpecConfig
 from .costs import CostModel, calibrate, costs_for, use_costs
 
@@ -41,8 +42,10 @@ __all__ = [
     "use_costs",
 ]
 
-#: Plain steps between probes while k = 0 wins: the most it backs off to (the first: PROBE_FIRST).
-PROBE_MAX = 64
+#: Acceptance of a draft position before any evidence (and what an unseen position borrows).
+PRIOR_RATE = 0.6
+#: Plain steps between probes while k = 0 wins: the first gap, and the most it backs off to.
+PROBE_FIRST, PROBE_MAX = 8, 64
 #: ... the shortest gap, after accepted probes; the share of the time probes may lose at most,
 #: and the longest gap that share may ask for.
 PROBE_MIN, PROBE_BUDGET, PROBE_CAP = 4, 0.02, 256
@@ -52,6 +55,78 @@ PROBE_MIN, PROBE_BUDGET, PROBE_CAP = 4, 0.02, 256
 RETIME_UNTIL = 3
 #: The highest confidence cut auto sets (a head's top probability is seldom above it).
 P_MIN_CAP = 0.9
+# ---- acceptance -----------------------------------------------------------------------------------
+
+
+class Acceptance:
+    """Acceptance per draft position: decayed (accepted, reached) counts. Position j's rate is
+    (accepted_j + r_{j-1}) / (reached_j + 1): one pseudo-count at the rate of the position before
+    (PRIOR_RATE before position 0), so an unseen position borrows its predecessor's rate."""
+
+    # (plain lists: K is small and the policy runs every step)
+
+    def __init__(self, n: int, window: int) -> None:
+        self.reached = [0.0] * n
+        self.accepted = [0.0] * n
+        self._decay = 1.0 - 1.0 / window
+
+    def rates(self) -> list[float]:
+        out, prev = [], PRIOR_RATE
+        for a, r in zip(self.accepted, self.reached):
+            prev = (a + prev) / (r + 1.0)
+            out.append(prev)
+        return out
+
+    def discount(self, factor: float) -> None:
+        """Make the evidence so far count `factor` times as much."""
+        self.reached = [x * factor for x in self.reached]
+        self.accepted = [x * factor for x in self.accepted]
+
+    def update(self, n_drafted: int, n_accepted: int) -> None:
+        checked = min(n_drafted, n_accepted + 1)  # tokens past the first rejection go unchecked
+        d = self._decay
+        self.reached = [x * d + (i < checked) for i, x in enumerate(self.reached)]
+        self.accepted = [x * d + (i < n_accepted) for i, x in enumerate(self.accepted)]
+
+
+@dataclass
+class ProbeClock:
+    """When the next probe is due while plain steps win: plain steps since the last draft and
+    the gap the probes are at (carried from one generation to the next, like the acceptance:
+    short generations would otherwise each probe at the first gap)."""
+
+    plain_run: int = 0
+    gap: float = PROBE_FIRST
+
+
+_CARRIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {key: (Acceptance, ProbeClock)}
+_CARRIED_LOCK = threading.Lock()
+#: A new generation starts from the last generation's estimates on the model, worth at most this
+#: many windows of evidence (a new text shows itself within a few steps; halving them instead
+#: shrank the evidence of many short generations to nothing, and each rejected probe then swung
+#: the estimate by half).
+CARRY = 0.5
+
+
+def _carried(model, key, window: int) -> tuple[Acceptance, ProbeClock]:
+    """A new policy's acceptance estimates and probe clock: the last ones of this model and
+    drafter (the evidence capped at CARRY windows), else the prior; the new policy's become the
+    model's last."""
+    acc, clock = Acceptance(key[1], window), ProbeClock()
+    if model is None:
+        return acc, clock
+    with _CARRIED_LOCK:
+        per_model = _CARRIED.setdefault(model, {})
+        last = per_model.get(key)
+        if last is not None:
+            last_acc, last_clock = last
+            most = max(last_acc.reached, default=0.0)
+            f = min(1.0, CARRY * window / most) if most > 0 else 1.0
+            acc.reached = [x * f for x in last_acc.reached]
+            acc.accepted = [x * f for x in last_acc.accepted]
+            clock = ProbeClock(last_clock.plain_run, last_clock.gap)
+        per_model[key] = (acc, clock)
+    return acc, clock
 
 
 # ---- the auto policy ------------------------------------------------------------------------------
@@ -97,10 +172,8 @@ class AutoPolicy:
         self._costs = costs
         self._max_rows = max_rows or self.n_max + 1
         self.shared = shared
-        est = carried(model, (config.drafter, self.n_max, mode), config.adaptive_window)
-        self.acceptance, self.confidence, self.probes = est.acceptance, est.confidence, est.probes
+        self.acceptance, self.probes = _carried(model, (config.drafter, self.n_max, mode), config.adaptive_window)
         self._retime = 0  # a draft length to draft again, to time it without the head's catch-up
-        self._probe_cut = 0.0  # the cut a probe would have had
         self._retiming = False
         self._pos = 0
         self._rows_before = 0
@@ -132,12 +205,11 @@ class AutoPolicy:
         rows_before rows of other sequences, which yield tokens_before tokens (in a Batch)."""
         rates = self.acceptance.rates()
         self.last_rates = rates
-        drafting = self.acceptance.drafting()
         c = self.costs
         c_draft, o_plain, o_draft = c.draft_cost(self.mode), c.overhead(False, self.mode), c.overhead(True, self.mode)
         gain, cost, reach = [tokens_before + 1.0], [c.verify(rows_before + 1, n_past) + o_plain], 1.0
         for k in range(1, self.n_max + 1):
-            reach *= rates[k - 1] * drafting[k - 1]
+            reach *= rates[k - 1]
             gain.append(gain[-1] + reach)
             cost.append(c.verify(rows_before + k + 1, n_past) + k * c_draft + o_draft)
         return gain, [max(x, 1e-12) for x in cost]
@@ -172,75 +244,46 @@ class AutoPolicy:
             if self.probes.plain_run >= gap:
                 k, probe = probe_k, True
         self._retime = 0
-        self._last = (probe, tps, cost, gain, tokens_before)
-        self._probe_cut = self._cut(k, False, tps) if probe and self.config.p_min == 0.0 else self.p_min
         if self.config.p_min == 0.0:
-            self.p_min = self._cut(k, probe, tps)
+            self.p_min = self._cut(k, probe, tps, cost)
         self.trace.append(Choice(k, probe, float(tps[k]), gain[k] - tokens_before))
         self._t_chosen = time.perf_counter()
         return k
 
-    def bounded(self, k: int) -> None:
-        """The step drafts at most k tokens (the room left in the context or the batch, or the
-        tokens left to generate): what the last choice asked for, its cut and its expectation."""
-        choice = self.trace[-1] if self.trace else None
-        if choice is None or k >= choice.k:
-            return
-        probe, tps, _, gain, tokens_before = self._last
-        choice.k, choice.predicted_tps, choice.tokens = k, float(tps[k]), gain[k] - tokens_before
-        if self.config.p_min == 0.0:
-            self.p_min = self._cut(k, probe, tps)
-
-    def _cut(self, k: int, probe: bool, tps: list[float]) -> float:
+    def _cut(self, k: int, probe: bool, tps: list[float], cost: list[float]) -> float:
         """The confidence cut: when the head proposes a token (its draft decode done), keeping
-        it costs its verify row; a token whose chance of acceptance (learned per band of its head
-        probability: ConfidenceMap) is below the tokens the step's rate earns in those seconds
-        costs more than it brings. Not for probes: they measure."""
+        it costs its verify row; a token whose head probability (taken as its chance of
+        acceptance) is below the tokens the step's rate earns in those seconds costs more than it
+        brings. Not for probes: they measure."""
         if k == 0 or probe:
             return 0.0
         c, b = self.costs, self._rows_before
         row = c.verify(b + k + 1, self._pos) - c.verify(b + k, self._pos)
-        return self.confidence.cut(max(0.0, tps[k] * row), P_MIN_CAP)
+        return min(P_MIN_CAP, max(0.0, tps[k] * row))
 
-    def update(
-        self,
-        n_drafted: int,
-        n_accepted: int,
-        t_draft: float = 0.0,
-        t_verify: float = 0.0,
-        confidence: list[float] | None = None,
-    ) -> None:
-        """The step drafted n_drafted tokens (with these head probabilities), n_accepted were
-        accepted; its draft and verify took these seconds."""
+    def update(self, n_drafted: int, n_accepted: int, t_draft: float = 0.0, t_verify: float = 0.0) -> None:
         choice = self.trace[-1] if self.trace else None
-        asked = max(n_drafted, choice.k) if choice is not None else n_drafted
         step = time.perf_counter() - self._t_chosen if choice is not None else t_draft + t_verify
-        if step > 0 and choice is not None:
-            choice.measured_tps = (n_accepted + 1) / step
+        if step > 0:
+            choice_tps = (n_accepted + 1) / step
+            if choice is not None:
+                choice.measured_tps = choice_tps
         if not self.shared:
-            self.costs.observe_verify(n_drafted + 1, self._pos, t_verify)
+            rows = n_drafted + 1
+            self.costs.observe_verify(rows, self._pos, t_verify)
             if choice is not None and len(self.trace) > 1:
                 # (not the first step: it also pays one-off set-up; a preempted step is capped)
                 self.costs.observe_overhead(
-                    asked > 0, min(step - t_draft - t_verify, 2 * (t_draft + t_verify)), self.mode
+                    n_drafted > 0, min(step - t_draft - t_verify, 2 * (t_draft + t_verify)), self.mode
                 )
-            # a draft after plain steps (or the first) also feeds the head the tokens it missed;
-            # a draft the cut ended also decoded the token it dropped
-            if asked and self._drafted_last and self._drafted_once:
-                self.costs.observe_draft(n_drafted + (n_drafted < asked), t_draft, self.mode)
-        if asked:
+            # a draft after plain steps (or the first) also feeds the head the tokens it missed
+            if n_drafted and self._drafted_last and self._drafted_once:
+                self.costs.observe_draft(n_drafted, t_draft, self.mode)
+        if n_drafted:
             if self.catching_up and self.costs.draft_timings(self.mode) < RETIME_UNTIL:
-                self._retime = max(1, n_drafted)
+                self._retime = n_drafted
             self._drafted_once = True
             self.acceptance.update(n_drafted, n_accepted)
-            if choice is not None and choice.probe:
-                # a probe drafts with no cut: how far would the cut have let it draft?
-                passed = next((i for i, p in enumerate(confidence or ()) if p < self._probe_cut), n_drafted)
-                self.acceptance.update_drafting(n_drafted, min(passed, n_drafted))
-            else:
-                self.acceptance.update_drafting(asked, n_drafted)
-            if confidence:
-                self.confidence.update(list(confidence[:n_drafted]), n_accepted)
             if choice is not None and choice.probe and not self._retiming:
                 # A probe that did better than expected: the text may have changed, so the
                 # older evidence counts half and the next probe comes sooner. Otherwise back off.
@@ -252,7 +295,7 @@ class AutoPolicy:
             elif choice is not None and not choice.probe:
                 self.probes.gap = PROBE_FIRST
             self.probes.plain_run = 0
-        self._drafted_last = asked > 0
+        self._drafted_last = n_drafted > 0
 
     @property
     def catching_up(self) -> bool:
@@ -270,8 +313,6 @@ def plan_batch(speculators, max_new: list[int | None]) -> list[int]:
     for i, (sp, m) in enumerate(zip(speculators, max_new)):
         later = n - i - 1
         k = sp.draft_length(m, rows_before=rows + later, tokens_before=tokens + later)
-        if isinstance(sp.policy, AutoPolicy):
-            sp.policy.bounded(k)  # (the speculator bounds the choice by the room left)
         ks.append(k)
         rows += k + 1
         trace = getattr(sp.policy, "trace", None)
@@ -376,14 +417,7 @@ class DraftPolicy:
             k = max(0, k - c.cooldown)
         return k
 
-    def update(
-        self,
-        n_drafted: int,
-        n_accepted: int,
-        t_draft: float = 0.0,
-        t_verify: float = 0.0,
-        confidence: list[float] | None = None,
-    ) -> None:
+    def update(self, n_drafted: int, n_accepted: int, t_draft: float = 0.0, t_verify: float = 0.0) -> None:
         if n_drafted == 0:
             return
         if n_accepted == 0 and self.config.cooldown > 0:

@@ -383,7 +383,7 @@ class MTPSpeculator:
         self.n_past = n_past + n_acc + 1
         # POLICY
         if self.policy:
-            self.policy.update(len(draft.tokens), n_acc, t_draft, t_verify, draft.confidence)
+            self.policy.update(len(draft.tokens), n_acc, t_draft, t_verify)
             self.stats.cooldown_steps = self.policy.cooldown_steps_taken
             if self.policy.trace:
                 self.stats.record_choice(self.policy.trace[-1])
