@@ -192,6 +192,22 @@ def test_probes_time_the_draft_without_the_heads_catch_up():
     assert min(ks[30:]) >= 1 and sorted(ks[30:])[45] >= 3
 
 
+def test_a_longer_draft_that_the_calibration_made_too_dear_is_tried():
+    """The calibration says 5 rows cost 4x one row (a burst of load during it); they cost 2.2x.
+    At full acceptance three-token drafts then seem best, and a four-token draft's verify would
+    never be timed again; drafting one token more now and then times it, and the policy moves
+    to four-token drafts."""
+    truth = {1: 1.0, 2: 1.3, 3: 1.6, 4: 1.9, 5: 2.2}
+    p = auto(costs=CostModel({**truth, 5: 4.0}, 0.02))
+    ks = []
+    for _ in range(300):
+        k = p.next_length(0)
+        p.update(k, k, 0.02 * k, truth[k + 1])
+        ks.append(k)
+    assert ks[2:7] == [3] * 5
+    assert ks[-50:] == [4] * 50
+
+
 def test_length_follows_acceptance_and_costs():
     # acceptance 0.7 per position: with a cheap verify a long draft pays, with a dearer one less
     cheap = run(auto(n_draft=8), lambda step: 0.7, 300)

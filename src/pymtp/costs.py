@@ -28,7 +28,7 @@ CALIBRATION_REPEATS = 3
 #: Verifies the load is the median of.
 LOAD_SPAN = 9
 #: Pseudo-counts of the calibration's shape of W(n) against the learned one.
-SHAPE_PRIOR = 4.0
+SHAPE_PRIOR = 2.0
 #: A timing further than this factor from the prediction is clipped to it before it teaches the
 #: shape or the draft cost (a step preempted by another process is not the model's cost).
 CLIP = 1.5

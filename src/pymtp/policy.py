@@ -53,6 +53,9 @@ PROBE_MIN, PROBE_BUDGET, PROBE_CAP = 4, 0.02, 256
 #: valid), the step after a probe drafts once more to time a draft token without the head's
 #: catch-up on the tokens it missed (a probe's draft time is no measure of a draft token).
 RETIME_UNTIL = 3
+#: Verifies of a row count, one row longer than the best draft's, timed before those longer
+#: drafts come less often.
+STRETCH_SEEN = 24
 #: The highest confidence cut auto sets (a head's top probability is seldom above it).
 P_MIN_CAP = 0.9
 # ---- acceptance -----------------------------------------------------------------------------------
@@ -175,6 +178,7 @@ class AutoPolicy:
         self.acceptance, self.probes = _carried(model, (config.drafter, self.n_max, mode), config.adaptive_window)
         self._retime = 0  # a draft length to draft again, to time it without the head's catch-up
         self._retiming = False
+        self._stretch_run = 0  # steps since the last draft of one token more than the best
         self._pos = 0
         self._rows_before = 0
         self._t_chosen = 0.0
@@ -243,6 +247,16 @@ class AutoPolicy:
                 gap = max(gap, min(PROBE_CAP, loss / (PROBE_BUDGET * cost[0])))
             if self.probes.plain_run >= gap:
                 k, probe = probe_k, True
+        elif k < self.n_max and self.costs.learn:
+            # While a draft of k wins, a draft of k + 1 now and then (backing off) times a
+            # verify of one more row beside those of k: where the calibration made that row too
+            # dear (a burst of load), the longer draft would otherwise stay out for good.
+            # (every PROBE_FIRST steps until those rows were timed STRETCH_SEEN times, then
+            # every PROBE_MAX)
+            self._stretch_run += 1
+            seen = self.costs.seen(self._rows_before + k + 2) >= STRETCH_SEEN
+            if self._stretch_run >= (PROBE_MAX if seen else PROBE_FIRST):
+                k, self._stretch_run = k + 1, 0
         self._retime = 0
         if self.config.p_min == 0.0:
             self.p_min = self._cut(k, probe, tps, cost)
