@@ -1,16 +1,20 @@
 """What verifying and drafting cost, for one model on one machine (pymtp.policy's auto policy).
 
-CostModel: c_verify(n, pos) = ratio(n) * (W(n) + A * n * pos): W(n) the seconds of an n-row
-decode at the start of a context, calibrated once per model and thread count in a fraction of
-a second on a scratch context (cached for the process: costs_for); A the attention's extra
+CostModel: c_verify(n, pos) = load * shape(n) * (W(n) + A * n * pos): W(n) the seconds of an
+n-row decode at the start of a context, calibrated once per model and thread count in a fraction
+of a second on a scratch context (cached for the process: costs_for); A the attention's extra
 seconds per row and cached position (from the same calibration, when the budget allows a
-longer fill); and ratio(n) a decayed correction from the step timings the speculator measures
-anyway. A draft token's seconds and a step's overhead outside the decodes are learned from the
-same timings, per mode (greedy or sampled drafts).
+longer fill). The step timings the speculator measures anyway correct it in two parts: `load`,
+how much slower than the calibration this machine runs now (the median of the last few verifies,
+whatever their row count: a burst of load or a preempted step moves every row count alike, and
+one outlier moves none), and shape(n), a slow correction of W(n)'s shape per row count. A draft
+token's seconds are learned relative to the same load (a draft timed under load stays right when
+the load goes), per mode (greedy or sampled drafts), as is a step's overhead outside the decodes.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import threading
 import time
@@ -21,6 +25,13 @@ import numpy as np
 #: Calibration: seconds it may take, and repeats per row count (the fastest one counts).
 CALIBRATION_BUDGET = 0.4
 CALIBRATION_REPEATS = 3
+#: Verifies the load is the median of.
+LOAD_SPAN = 9
+#: Pseudo-counts of the calibration's shape of W(n) against the learned one.
+SHAPE_PRIOR = 2.0
+#: A timing further than this factor from the prediction is clipped to it before it teaches the
+#: shape or the draft cost (a step preempted by another process is not the model's cost).
+CLIP = 1.5
 
 
 _NONE = (0.0, 0.0)
@@ -54,8 +65,10 @@ class CostModel:
         self._overhead = list(overhead)
         self._means: dict[tuple, list[float]] = {}  # learned: key -> [decayed mean, weight]
         self._w: dict[int, float] = {}
-        self._ratio: dict[int, list[float]] = {}  # rows -> decayed [sum of measured/predicted, weight]
-        self._all = [0.0, 0.0]
+        # the last verifies: (rows, measured / (calibrated * shape))
+        self._recent: collections.deque[tuple[int, float]] = collections.deque(maxlen=LOAD_SPAN)
+        self._load = 1.0  # their median (kept: the policy asks every step)
+        self._shape: dict[int, list[float]] = {}  # rows -> decayed [sum of measured / (calibrated * load), weight]
         self._lock = threading.Lock()
 
     @classmethod
@@ -83,16 +96,24 @@ class CostModel:
         """The calibrated seconds of n rows at mean position pos (no online correction)."""
         return self.weights(n) + self.attn * n * pos
 
+    def load(self) -> float:
+        """How much slower than the calibration the machine runs now: the median of the last
+        LOAD_SPAN verifies' measured / predicted seconds (1 before any)."""
+        return self._load
+
+    def shape(self, n: int) -> float:
+        """The learned correction of W(n)'s shape: its decayed mean, shrunk towards 1 (the
+        calibration's shape) by SHAPE_PRIOR pseudo-counts."""
+        s, w = self._shape.get(n, _NONE)
+        return (s + SHAPE_PRIOR) / (w + SHAPE_PRIOR)
+
     def ratio(self, n: int) -> float:
-        """Measured over calibrated time, for n rows: its own decayed mean shrunk towards the mean
-        over all row counts (which starts at 1)."""
-        g = (self._all[0] + 1.0) / (self._all[1] + 1.0)
-        s, w = self._ratio.get(n, _NONE)
-        return (s + 2.0 * g) / (w + 2.0)
+        """Measured over calibrated time, for n rows: load() * shape(n)."""
+        return self.load() * self.shape(n)
 
     def seen(self, n: int) -> float:
         """How many verifies of n rows were timed (decayed)."""
-        return self._ratio.get(n, _NONE)[1] if self.learn else float("inf")
+        return self._shape.get(n, _NONE)[1] if self.learn else float("inf")
 
     def verify(self, n: int, pos: float = 0.0) -> float:
         """Predicted seconds of a verify of n rows at mean position pos."""
@@ -106,8 +127,14 @@ class CostModel:
     # choose each token in Python), so each mode learns its own.
 
     def draft_cost(self, mode: str = "greedy") -> float:
-        """Seconds per draft token (the head's decodes and the token choice)."""
-        return self._mean(("draft", mode), self._c_draft)
+        """Seconds per draft token (the head's decodes and the token choice) at the current
+        load (learned as seconds at the calibration's load)."""
+        return self._mean(("draft", mode), self._c_draft) * self.load()
+
+    def draft_timings(self, mode: str = "greedy") -> float:
+        """How many drafts were timed in this mode (decayed; infinite for a fixed table)."""
+        v = self._means.get(("draft", mode))
+        return (0.0 if v is None else v[1]) if self.learn else float("inf")
 
     @property
     def c_draft(self) -> float:
@@ -126,11 +153,13 @@ class CostModel:
         v = self._means.get(key)
         return prior if v is None else v[0]
 
-    def _observe(self, key, prior: float, prior_weight: float, x: float) -> None:
+    def _observe(self, key, prior: float, prior_weight: float, x: float, clip: bool = False) -> None:
         if not self.learn:
             return
         with self._lock:
             v = self._means.setdefault(key, [prior, prior_weight])
+            if clip and v[1] >= 2.0:  # (after two timings: until then the prior may be far off)
+                x = min(max(x, v[0] / CLIP), v[0] * CLIP)
             w = self._decay * v[1]
             v[0] = (w * v[0] + x) / (w + 1.0)
             v[1] = w + 1.0
@@ -139,17 +168,27 @@ class CostModel:
         """A verify of n rows at mean position pos took these seconds."""
         if not self.learn or n < 1 or seconds <= 0:
             return
-        r = min(5.0, max(0.2, seconds / max(self.base(n, pos), 1e-12)))  # a preempted step is not the model
-        d = self._decay
+        r = seconds / max(self.base(n, pos), 1e-12)
         with self._lock:
-            for acc in (self._ratio.setdefault(n, [0.0, 0.0]), self._all):
-                acc[0] = d * acc[0] + r
-                acc[1] = d * acc[1] + 1.0
+            shape = self._shape.setdefault(n, [0.0, 0.0])
+            s = (shape[0] + SHAPE_PRIOR) / (shape[1] + SHAPE_PRIOR)
+            # The shape learns only from a contrast: this verify against the load that recent
+            # verifies of other row counts show. (While one row count alone is timed, a change
+            # is the machine's load: the median lags a few steps, and a shape learned from those
+            # steps would keep part of the change for good.)
+            others = [v for m, v in self._recent if m != n]
+            self._recent.append((n, r / s))
+            self._load = _median([v for _, v in self._recent])
+            if others:
+                x = min(max(r / _median(others), s / CLIP), s * CLIP)
+                shape[0] = self._decay * shape[0] + x
+                shape[1] = self._decay * shape[1] + 1.0
 
     def observe_draft(self, n_tokens: int, seconds: float, mode: str = "greedy") -> None:
-        """Drafting n_tokens took these seconds (decodes of the head and token choice)."""
+        """Drafting n_tokens took these seconds (decodes of the head and token choice); learned
+        relative to the current load. The first timing replaces the calibration's guess."""
         if n_tokens >= 1 and seconds > 0:
-            self._observe(("draft", mode), self._c_draft, 1.0, seconds / n_tokens)
+            self._observe(("draft", mode), self._c_draft, 0.0, seconds / n_tokens / self.load(), clip=True)
 
     def describe(self) -> dict:
         return {
@@ -157,7 +196,8 @@ class CostModel:
             "attn": self.attn,
             "c_draft": {m: self.draft_cost(m) for m in ("greedy", "sample")},
             "overhead": {m: [self.overhead(False, m), self.overhead(True, m)] for m in ("greedy", "sample")},
-            "ratio": {n: self.ratio(n) for n in sorted(self._ratio)},
+            "load": self.load(),
+            "shape": {n: self.shape(n) for n in sorted(self._shape)},
         }
 
 
@@ -234,6 +274,13 @@ def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_thr
     # the speculator's own timings replace it after the first drafting steps.
     c_draft = rows[1] * min(0.5, 2.0 / (getattr(model, "n_layer", 8) + 1))
     return CostModel(rows, c_draft, attn)
+
+
+def _median(xs: list[float]) -> float:
+    """(a few values: sorted() beats numpy here)"""
+    ordered = sorted(xs)
+    m = len(ordered) // 2
+    return ordered[m] if len(ordered) % 2 else 0.5 * (ordered[m - 1] + ordered[m])
 
 
 def _last_only(n: int) -> np.ndarray:

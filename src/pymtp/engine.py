@@ -95,7 +95,7 @@ def _observe_shared_costs(seqs: Sequence[MTPSpeculator], drafts: list[Draft], t_
     costs.observe_verify(n_rows, mean_pos, t_verify)
     n_drafted = sum(len(d.tokens) for d in drafts)
     if n_drafted and not any(p.catching_up for p in policies):
-        costs.observe_draft(n_drafted, t_draft)
+        costs.observe_draft(n_drafted, t_draft, policies[0].mode)
 
 
 def crossings(run) -> dict[str, int]:

@@ -49,6 +49,13 @@ PROBE_FIRST, PROBE_MAX = 8, 64
 #: ... the shortest gap, after accepted probes; the share of the time probes may lose at most,
 #: and the longest gap that share may ask for.
 PROBE_MIN, PROBE_BUDGET, PROBE_CAP = 4, 0.02, 256
+#: Until the draft cost was timed this often (per mode: relative to the machine's load, it stays
+#: valid), the step after a probe drafts once more to time a draft token without the head's
+#: catch-up on the tokens it missed (a probe's draft time is no measure of a draft token).
+RETIME_UNTIL = 3
+#: Verifies of a row count, one row longer than the best draft's, timed before those longer
+#: drafts come less often.
+STRETCH_SEEN = 24
 #: The highest confidence cut auto sets (a head's top probability is seldom above it).
 P_MIN_CAP = 0.9
 # ---- acceptance -----------------------------------------------------------------------------------
@@ -85,27 +92,44 @@ class Acceptance:
         self.accepted = [x * d + (i < n_accepted) for i, x in enumerate(self.accepted)]
 
 
-_ACCEPTANCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {key: Acceptance}
-_ACCEPTANCE_LOCK = threading.Lock()
-#: A new generation starts from the last generation's estimates on the model, counted this much.
+@dataclass
+class ProbeClock:
+    """When the next probe is due while plain steps win: plain steps since the last draft and
+    the gap the probes are at (carried from one generation to the next, like the acceptance:
+    short generations would otherwise each probe at the first gap)."""
+
+    plain_run: int = 0
+    gap: float = PROBE_FIRST
+
+
+_CARRIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {key: (Acceptance, ProbeClock)}
+_CARRIED_LOCK = threading.Lock()
+#: A new generation starts from the last generation's estimates on the model, worth at most this
+#: many windows of evidence (a new text shows itself within a few steps; halving them instead
+#: shrank the evidence of many short generations to nothing, and each rejected probe then swung
+#: the estimate by half).
 CARRY = 0.5
 
 
-def _carried_acceptance(model, key, window: int) -> Acceptance:
-    """A new policy's acceptance estimates: the last ones of this model and drafter (a new text,
-    so they count CARRY as much), else the prior; the new policy's become the model's last."""
-    n = key[1]
-    acc = Acceptance(n, window)
+def _carried(model, key, window: int) -> tuple[Acceptance, ProbeClock]:
+    """A new policy's acceptance estimates and probe clock: the last ones of this model and
+    drafter (the evidence capped at CARRY windows), else the prior; the new policy's become the
+    model's last."""
+    acc, clock = Acceptance(key[1], window), ProbeClock()
     if model is None:
-        return acc
-    with _ACCEPTANCE_LOCK:
-        per_model = _ACCEPTANCE.setdefault(model, {})
+        return acc, clock
+    with _CARRIED_LOCK:
+        per_model = _CARRIED.setdefault(model, {})
         last = per_model.get(key)
         if last is not None:
-            acc.reached = [x * CARRY for x in last.reached]
-            acc.accepted = [x * CARRY for x in last.accepted]
-        per_model[key] = acc
-    return acc
+            last_acc, last_clock = last
+            most = max(last_acc.reached, default=0.0)
+            f = min(1.0, CARRY * window / most) if most > 0 else 1.0
+            acc.reached = [x * f for x in last_acc.reached]
+            acc.accepted = [x * f for x in last_acc.accepted]
+            clock = ProbeClock(last_clock.plain_run, last_clock.gap)
+        per_model[key] = (acc, clock)
+    return acc, clock
 
 
 # ---- the auto policy ------------------------------------------------------------------------------
@@ -151,9 +175,10 @@ class AutoPolicy:
         self._costs = costs
         self._max_rows = max_rows or self.n_max + 1
         self.shared = shared
-        self.acceptance = _carried_acceptance(model, (config.drafter, self.n_max, mode), config.adaptive_window)
-        self._plain_run = 0  # plain steps since the last draft
-        self._probe_gap = PROBE_FIRST
+        self.acceptance, self.probes = _carried(model, (config.drafter, self.n_max, mode), config.adaptive_window)
+        self._retime = 0  # a draft length to draft again, to time it without the head's catch-up
+        self._retiming = False
+        self._stretch_run = 0  # steps since the last draft of one token more than the best
         self._pos = 0
         self._rows_before = 0
         self._t_chosen = 0.0
@@ -200,9 +225,13 @@ class AutoPolicy:
         gain, cost = self.expected(n_past, rows_before, tokens_before)
         tps = [g / c for g, c in zip(gain, cost)]
         k = max(range(len(tps)), key=tps.__getitem__)
-        probe = False
-        if k == 0:
-            self._plain_run += 1
+        probe = self._retiming = False
+        if k == 0 and self._retime:
+            # The last step drafted after plain steps: its draft time held the head's catch-up on
+            # the tokens it missed, no measure of a draft token. Draft once more to time one.
+            k, probe, self._retiming = min(self._retime, self.n_max), True, True
+        elif k == 0:
+            self.probes.plain_run += 1
             # A probe (a draft, to keep the estimate current) is expected to lose
             # `loss` seconds against a plain step: space them so that they cost at most
             # PROBE_BUDGET of the time (and back off further while they are rejected).
@@ -210,14 +239,25 @@ class AutoPolicy:
             # does not, a one-token probe would never find out)
             probe_k = max(range(1, len(tps)), key=tps.__getitem__)
             loss = max(0.0, (cost[probe_k] - cost[0]) - (gain[probe_k] - gain[0]) / tps[0])
-            gap: float = self._probe_gap
+            gap: float = self.probes.gap
             if self.costs.seen(self._rows_before + probe_k + 1) >= PROBE_MIN:
                 # (until a probe's rows were timed a few times, the calibration alone says what
                 # they cost: probe at the plain gap, so that a calibration that a burst of load
                 # made too dear is corrected)
                 gap = max(gap, min(PROBE_CAP, loss / (PROBE_BUDGET * cost[0])))
-            if self._plain_run >= gap:
+            if self.probes.plain_run >= gap:
                 k, probe = probe_k, True
+        elif k < self.n_max and self.costs.learn:
+            # While a draft of k wins, a draft of k + 1 now and then (backing off) times a
+            # verify of one more row beside those of k: where the calibration made that row too
+            # dear (a burst of load), the longer draft would otherwise stay out for good.
+            # (every PROBE_FIRST steps until those rows were timed STRETCH_SEEN times, then
+            # every PROBE_MAX)
+            self._stretch_run += 1
+            seen = self.costs.seen(self._rows_before + k + 2) >= STRETCH_SEEN
+            if self._stretch_run >= (PROBE_MAX if seen else PROBE_FIRST):
+                k, self._stretch_run = k + 1, 0
+        self._retime = 0
         if self.config.p_min == 0.0:
             self.p_min = self._cut(k, probe, tps, cost)
         self.trace.append(Choice(k, probe, float(tps[k]), gain[k] - tokens_before))
@@ -254,19 +294,21 @@ class AutoPolicy:
             if n_drafted and self._drafted_last and self._drafted_once:
                 self.costs.observe_draft(n_drafted, t_draft, self.mode)
         if n_drafted:
+            if self.catching_up and self.costs.draft_timings(self.mode) < RETIME_UNTIL:
+                self._retime = n_drafted
             self._drafted_once = True
             self.acceptance.update(n_drafted, n_accepted)
-            if choice is not None and choice.probe:
+            if choice is not None and choice.probe and not self._retiming:
                 # A probe that did better than expected: the text may have changed, so the
                 # older evidence counts half and the next probe comes sooner. Otherwise back off.
                 if n_accepted > choice.tokens - 1.0 + 0.5:
                     self.acceptance.discount(0.5)
-                    self._probe_gap = max(PROBE_MIN, self._probe_gap // 2)
+                    self.probes.gap = max(PROBE_MIN, self.probes.gap // 2)
                 else:
-                    self._probe_gap = min(PROBE_MAX, 2 * self._probe_gap)
-            elif choice is not None:
-                self._probe_gap = PROBE_FIRST
-            self._plain_run = 0
+                    self.probes.gap = min(PROBE_MAX, 2 * self.probes.gap)
+            elif choice is not None and not choice.probe:
+                self.probes.gap = PROBE_FIRST
+            self.probes.plain_run = 0
         self._drafted_last = n_drafted > 0
 
     @property

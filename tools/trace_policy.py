@@ -1,0 +1,121 @@
+"""The auto policy step by step, beside plain decoding and fixed draft lengths (issue #29).
+
+For each auto generation: every step's chosen draft length (P: a probe, or the draft after one
+that times a draft token), tokens accepted / drafted, the predicted step seconds (verify, draft
+token, overhead) against the measured ones, and the expected tokens per second of each k; then
+each variant's median tokens per second over the interleaved runs. Run it under the bench lock:
+
+    flock /tmp/pymtp-bench.lock python tools/trace_policy.py --model echo-70 --tokens 48 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from pymtp import SpecConfig
+from pymtp.bench.models import resolve_model
+from pymtp.bench.prompts import code_prompts, prose_prompts
+from pymtp.bench.sampling import PRESETS
+from pymtp.generate import generate
+from pymtp.policy import AutoPolicy
+from pymtp.session import Session
+
+
+class Tracer:
+    """Wraps AutoPolicy.next_length / update to record what each step predicted and took."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict] = []
+        self._next, self._update = AutoPolicy.next_length, AutoPolicy.update
+
+    def __enter__(self) -> Tracer:
+        tracer = self
+
+        def next_length(policy, n_past=0, rows_before=0, tokens_before=0.0):
+            k = tracer._next(policy, n_past, rows_before, tokens_before)
+            gain, cost = policy.expected(n_past, rows_before, tokens_before)
+            c = policy.costs
+            policy._traced = dict(
+                k=k,
+                probe=policy.trace[-1].probe,
+                cost=cost[k],
+                verify=c.verify(rows_before + k + 1, n_past),
+                draft=c.draft_cost(policy.mode),
+                tps=[g / x for g, x in zip(gain, cost)],
+                rates=policy.acceptance.rates(),
+            )
+            return k
+
+        def update(policy, n_drafted, n_accepted, t_draft=0.0, t_verify=0.0, confidence=None):
+            d = dict(getattr(policy, "_traced", {}))
+            d.update(nd=n_drafted, na=n_accepted, t_draft=t_draft, t_verify=t_verify, cut=policy.p_min)
+            d["t_step"] = time.perf_counter() - policy._t_chosen
+            d["conf"] = list(confidence or ())
+            tracer.steps.append(d)
+            more = () if confidence is None else (confidence,)  # (a policy that learns from them)
+            return tracer._update(policy, n_drafted, n_accepted, t_draft, t_verify, *more)
+
+        AutoPolicy.next_length, AutoPolicy.update = next_length, update  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        AutoPolicy.next_length, AutoPolicy.update = self._next, self._update  # type: ignore[method-assign]
+
+
+def show(steps: list[dict]) -> None:
+    for i, d in enumerate(steps):
+        print(
+            f"{i:3d} k={d['k']}{'P' if d['probe'] else ' '} acc {d['na']}/{d['nd']}  "
+            f"predicted {d['cost'] * 1e3:6.2f} ms (verify {d['verify'] * 1e3:5.2f}, draft/token "
+            f"{d['draft'] * 1e3:4.2f})  measured {d['t_step'] * 1e3:6.2f} ms (verify {d['t_verify'] * 1e3:5.2f}, "
+            f"draft {d['t_draft'] * 1e3:5.2f})  tok/s by k {[round(x) for x in d['tps']]}  "
+            f"acceptance {[round(r, 2) for r in d['rates']]} cut {d['cut']:.2f}"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="echo-70", help="a pymtp bench --model value")
+    ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sampling", default="greedy", choices=sorted(PRESETS))
+    ap.add_argument("--drafts", default="1,2,3,4", help="fixed lengths; the longest is auto's K")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--quiet", action="store_true", help="no per-step lines")
+    args = ap.parse_args()
+    drafts = [int(x) for x in args.drafts.split(",")]
+    st = PRESETS[args.sampling]
+    variants: dict[str, SpecConfig | bool] = {"plain": False}
+    variants.update({f"mtp-{k}": SpecConfig(n_draft=k) for k in drafts})
+    variants["auto"] = SpecConfig(policy="auto", n_draft=max(drafts))
+    prompts = code_prompts(1) + prose_prompts(1)
+    tps: dict[str, list[float]] = {v: [] for v in variants}
+    with Session(resolve_model(args.model), n_ctx=2048, n_threads=args.threads) as s:
+        kw = st.generate_kwargs()
+        for spec in variants.values():  # warm-up (and the calibration), as pymtp bench does
+            generate(prompts[0].text, s, max_tokens=16, seed=0, ignore_eos=True, speculative=spec, **kw)
+        for rep in range(args.repeats):
+            for p in prompts:
+                for name, spec in variants.items():
+                    with Tracer() as tr:
+                        t0 = time.perf_counter()
+                        r = generate(
+                            p.text, s, max_tokens=args.tokens, seed=1000 + rep, ignore_eos=True, speculative=spec, **kw
+                        )
+                        wall = time.perf_counter() - t0
+                    tps[name].append(len(r.tokens) / max(wall - r.stats.t_prefill, 1e-9))
+                    if name == "auto":
+                        print(f"--- repeat {rep} {p.kind}: auto {tps[name][-1]:.1f} tok/s, {r.stats.n_steps} steps")
+                        if not args.quiet:
+                            show(tr.steps)
+    print(f"\n{args.model} {args.sampling}, {args.tokens} tokens, threads {args.threads}: medians (runs)")
+    plain = statistics.median(tps["plain"])
+    for name, v in tps.items():
+        m = statistics.median(v)
+        print(f"{name:8s} {m:7.1f} tok/s  x plain {m / plain:4.2f}  {[round(x) for x in v]}")
+
+
+if __name__ == "__main__":
+    main()
