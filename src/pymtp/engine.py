@@ -45,12 +45,17 @@ def step(seqs: Sequence[MTPSpeculator], max_new: Sequence[int | None]) -> list[S
     n_pasts = [sp.n_past for sp in seqs]
     results: list[StepResult] = []
     try:
-        # DRAFT (plan_batch of a single text is that text's own draft_length)
-        ks = [first.draft_length(max_new[0])] if len(seqs) == 1 else plan_batch(seqs, list(max_new))
-        if any(ks):
+        # DRAFT (texts without a draft policy decode plainly: k = 0)
+        ks = plan_batch(seqs, list(max_new)) if any(sp.policy is not None for sp in seqs) else None
+        if ks is not None and any(ks):
             requests = [
                 DraftRequest(
-                    sp.tokens[-1], sp.n_past, k, sp.sampler, sp.tokens, sp.policy.p_min if sp.policy else 0.0,
+                    sp.tokens[-1],
+                    sp.n_past,
+                    k,
+                    sp.sampler,
+                    sp.tokens,
+                    sp.policy.p_min if sp.policy else 0.0,
                     sp.constraint,
                 )
                 for sp, k in zip(seqs, ks)
@@ -82,10 +87,14 @@ def step(seqs: Sequence[MTPSpeculator], max_new: Sequence[int | None]) -> list[S
         t2 = perf_counter()
         if len(seqs) > 1 or first.batch_rows:  # only a Batch's texts share costs (pymtp.policy)
             _observe_shared_costs(seqs, drafts, t1 - t0, t2 - t1)
-        for sp, d, o in zip(seqs, drafts, offsets):
-            n = len(d.tokens) + 1
-            h = hidden[o : o + n] if hidden is not None and sp.drafter is not None and sp.drafter.wants_hidden else None
-            results.append(sp.settle(d, logits[o : o + n], h, t0, t1, t2))
+        if len(seqs) == 1:  # its rows are the whole decode's
+            results.append(first.settle(drafts[0], logits, hidden, t0, t1, t2))
+        else:
+            for sp, d, o in zip(seqs, drafts, offsets):
+                n = len(d.tokens) + 1
+                wh = sp.drafter is not None and sp.drafter.wants_hidden
+                h = hidden[o : o + n] if wh and hidden is not None else None
+                results.append(sp.settle(d, logits[o : o + n], h, t0, t1, t2))
     except BaseException:
         for sp, n_past in list(zip(seqs, n_pasts))[len(results) :]:
             sp.recover(n_past)

@@ -344,7 +344,7 @@ class MTPSpeculator:
         other sequences in the same verify, which yield tokens_before tokens)."""
         if self.policy is None:
             return 0  # plain decoding
-        k = self.policy.next_length(self.n_past, rows_before, tokens_before)
+        k: int = self.policy.next_length(self.n_past, rows_before, tokens_before)
         limit = min(self.room() - 1, self.target.n_batch - 1)
         if max_new is not None:
             limit = min(limit, max_new - 1)
