@@ -23,6 +23,13 @@ PROMPTS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_contexts(models):
+    """Each test starts the shared models from fresh contexts and an empty prompt cache."""
+    models.fresh()
+    yield
+
+
 def _alone(model, prompt, spec, n, **kw):
     return pymtp.generate(prompt, model, max_tokens=n, ignore_eos=True, speculative=spec or False, **kw)
 

@@ -9,9 +9,10 @@ That holds because a row's bits do not depend on the batch it is decoded in
 (tests/test_batch_invariance.py) as long as a decode has at most 8 rows: the servers run with
 PYMTP_MAX_UBATCH=8, so prefills and the batched steps of three choices (3 x 4 rows) are
 computed 8 rows at a time too. Without it, Q4_K_M parts between --parallel 1 and 4 (a cached
-prompt position decoded again in a small batch, 12-row steps). The draft lengths are fixed
-(policy "fixed"): the auto policy chooses them from measured seconds, and a sampled text's
-path depends on them. The contract is in docs/design/exactness.md."""
+prompt position decoded again in a small batch, 12-row steps). The requests leave the policy
+at auto, whose draft lengths follow measured seconds: a seed makes sampling coupled (each
+token a race keyed by seed and position), so the drafts do not decide the text, and the
+speculative choices equal the plain ones. The contract is in docs/design/exactness.md."""
 
 from __future__ import annotations
 
@@ -60,7 +61,6 @@ def _requests() -> list[tuple[str, dict]]:
                         max_tokens=40,
                         ignore_eos=True,
                         speculative=speculative,
-                        policy="fixed",
                     ),
                 )
             )
@@ -75,7 +75,6 @@ def _requests() -> list[tuple[str, dict]]:
                 top_p=0.95,
                 max_tokens=40,
                 ignore_eos=True,
-                policy="fixed",
             ),
         )
     )
@@ -136,3 +135,11 @@ def test_seeded_choices_are_the_same_cold_warm_and_at_any_parallel(answers, i):
     assert warm1 == cold1, f"{what}: --parallel 1, warm {warm1} vs cold {cold1}"
     assert cold4 == cold1, f"{what}: --parallel 4 {cold4} vs --parallel 1 {cold1}"
     assert warm4 == cold4, f"{what}: --parallel 4, warm {warm4} vs cold {cold4}"
+
+
+@pytest.mark.parametrize("i", [0, 2])
+def test_seeded_speculative_choices_are_the_plain_ones(answers, i):
+    """Requests i and i + 1 differ only in speculative=True / False (coupled sampling)."""
+    for parallel in (1, 4):
+        spec, plain = answers[parallel][i][0], answers[parallel][i + 1][0]
+        assert spec == plain, f"--parallel {parallel}, prompt {i // 2}: speculative {spec} vs plain {plain}"

@@ -36,9 +36,9 @@ from pymtp import SamplingConfig, SpecConfig
 from pymtp.model import last_row_only
 from pymtp.sampling import Q_IN_SLOTS, Q_POINT_MASS, Sampler, Verdict
 
-#: Reject "same distribution" below this p-value. The file makes 37 tests that a correct
-#: implementation must pass (depth + 1 per case: 29 over the 7 cases, and 8 for the reference),
-#: so it fails a given choice of seeds with probability at most 37 x 1e-4 < 0.4% (Bonferroni).
+#: Reject "same distribution" below this p-value. The file makes 49 tests that a correct
+#: implementation must pass (depth + 1 per case: 41 over the 10 cases, and 8 for the reference),
+#: so it fails a given choice of seeds with probability at most 49 x 1e-4 < 0.5% (Bonferroni).
 #: The seeds are fixed, so a run is repeatable, never flaky: only a change in how random numbers
 #: are drawn moves a p-value. The controls' wrong rules measured p < 2e-7 in every case over 4
 #: seeds (most far below) at N_SAMPLES. (The two-sample helpers at the end, for test_smollm2,
@@ -324,8 +324,12 @@ class Case:
         return self.n_draft + 1  # a full accept plus the bonus token, or a rollback and more
 
 
-TOP_K6 = SamplingConfig(temperature=1.0, top_k=6)
-WIDE = SamplingConfig(temperature=1.5, top_k=10)  # flatter rows: top-p and min-p cut inside the top 10
+# The samples are seeded, which makes sampling coupled by default: these cases test speculative
+# sampling's rule (rejection), the "coupled" cases the races (tests/test_coupled.py has more).
+TOP_K6 = SamplingConfig(temperature=1.0, top_k=6, sampling_rule="rejection")
+# flatter rows: top-p and min-p cut inside the top 10
+WIDE = SamplingConfig(temperature=1.5, top_k=10, sampling_rule="rejection")
+COUPLED = SamplingConfig(temperature=1.0, top_k=6, sampling_rule="coupled")
 CASES = {
     "glm4moe": Case("glm4moe", TOP_K6),
     "qwen35": Case("qwen35", TOP_K6, wrong_rule=_ratio_inverted),
@@ -340,6 +344,9 @@ CASES = {
         wrong_rule=_penalty_ignored,
         without={"repetition_penalty": 1.0},
     ),
+    "coupled": Case("glm4moe", COUPLED),
+    "coupled-qwen3next": Case("qwen3next", COUPLED),
+    "coupled-top_p": Case("glm4moe", WIDE.model_copy(update={"top_p": 0.9, "sampling_rule": "coupled"})),
 }
 
 

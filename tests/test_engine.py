@@ -30,14 +30,8 @@ PROMPTS = [
 
 @pytest.fixture(autouse=True)
 def _fresh_contexts(models):
-    """Each test starts the shared glm4moe model from fresh contexts and an empty prompt cache: a
-    prefix cached by an earlier test was decoded in another batch shape, and prefills of more
-    than 8 rows lie outside the bit-exact contract (docs/design/exactness.md)."""
-    m = models("glm4moe")
-    m.prompt_cache.clear()
-    if m.draft is not None:
-        m.draft.close()
-    m.target.close()
+    """Each test starts the shared models from fresh contexts and an empty prompt cache."""
+    models.fresh()
     yield
 
 

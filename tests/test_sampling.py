@@ -13,7 +13,7 @@ from test_distribution import P_EXACT, _residual_ignored, goodness_of_fit
 
 from pymtp import SamplingConfig
 from pymtp.sampling import Sampler
-from pymtp_testing.reference_sampling import reference_draw, reference_probs, softmax
+from pymtp_testing.reference_sampling import reference_draw, reference_probs, reference_race, softmax
 
 RTOL = 2e-6  # float32 probabilities (numpy's reference: float64)
 
@@ -193,12 +193,14 @@ def test_a_seed_repeats_its_draws_and_other_seeds_differ():
         dict(temperature=1.3, min_p=0.05, presence_penalty=0.5),
     ],
 )
-def test_plain_sampling_draws_what_the_numpy_sampler_drew(cfg):
-    """For a fixed seed, native sampling gives the same tokens as pymtp's former numpy sampler
-    (its transform and draw are written out above): the same uniforms, the same inverse CDF."""
+@pytest.mark.parametrize("rule", ["rejection", "coupled"])
+def test_plain_sampling_draws_what_the_numpy_sampler_drew(cfg, rule):
+    """For a fixed seed, native sampling gives the same tokens as the numpy sampler written out
+    in pymtp_testing: rejection, pymtp's former numpy sampler (the same uniforms, the same
+    inverse CDF); coupled, the exponential race keyed by (seed, position)."""
     rng = np.random.default_rng(0)
     n_vocab = 3000
-    s = Sampler(SamplingConfig(seed=42, **cfg))
+    s = Sampler(SamplingConfig(seed=42, sampling_rule=rule, **cfg))
     ref_rng = np.random.default_rng(42)
     history: list[int] = []
     for _ in range(300):
@@ -213,7 +215,7 @@ def test_plain_sampling_draws_what_the_numpy_sampler_drew(cfg):
             penalty=cfg.get("repetition_penalty", 1.0),
             presence=cfg.get("presence_penalty", 0.0),
         )
-        want = reference_draw(ref_rng, p)
+        want = reference_draw(ref_rng, p) if rule == "rejection" else reference_race(p, 42, len(history))
         assert s.choose(row, history) == want
         history.append(want)
 

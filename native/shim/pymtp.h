@@ -236,8 +236,13 @@ int  pymtp_draft_greedy(pymtp_ctx * draft, int32_t n_seq, const int32_t * seq_id
  * with that much mass; ties: the lower id), min-p (drop tokens below min_p x the top one),
  * renormalize. A sampler keeps distributions in numbered slots (the drafter's q for each
  * draft position); a slot is sparse (ids ascending) when something truncated it, else dense.
- * Draws take a uniform u in [0, 1) from the caller (Python's seeded RNG) and return the first
- * token, in id order, whose cumulative probability exceeds u. Only create and configure
+ * Draws follow one of two rules. Independent (coupled = 0): a uniform u in [0, 1) from the
+ * caller (Python's seeded RNG) picks the first token, in id order, whose cumulative
+ * probability exceeds u. Coupled (coupled = 1): the token drawn at text position n is the
+ * winner of an exponential race, argmin_j E_j / p_j with E_j = -log(U(seed, n, j)) and U a
+ * counter-based hash: every draw at position n, from any distribution, reads the same
+ * numbers, so a drafter's draw and the target's agree as often as their distributions allow,
+ * and the target's token never depends on what was drafted. Only create and configure
  * allocate. */
 
 typedef struct {
@@ -249,6 +254,8 @@ typedef struct {
     float   presence_penalty;     /* 0: off */
     float   frequency_penalty;    /* 0: off */
     int32_t penalty_window;       /* the latest tokens the penalties count (0: no penalties) */
+    int32_t coupled;              /* 1: draws are races keyed by (seed, position); 0: by u */
+    uint64_t seed;                /* the races' key (coupled only) */
 } pymtp_sampling_params;
 
 typedef struct pymtp_sampler pymtp_sampler;
@@ -261,13 +268,14 @@ int  pymtp_sampler_configure(pymtp_sampler * s, const pymtp_sampling_params * pa
 
 /* slot = the distribution of one logits row. history: the tokens before the row's (only the
  * last penalty_window are read). Greedy: *out_token = the argmax. Else, u >= 0: a token drawn
- * with u; u < 0: none (*out_token = -1). out_conf (may be NULL): the largest probability
+ * (coupled: the race at text position `position`, u unread; else with u); u < 0: none
+ * (*out_token = -1). out_conf (may be NULL): the largest probability
  * (greedy: the argmax's softmax probability at temperature 1). A row where no token the mask
  * allows has a finite logit (a trimmed draft vocabulary under a grammar) is no error:
  * *out_token = -1, *out_conf = 0, and the slot holds nothing. */
 int  pymtp_sampler_row(pymtp_sampler * s, int32_t slot, const float * row,
                        const int32_t * history, int32_t n_history, const uint32_t * mask,
-                       double u, int32_t * out_token, float * out_conf);
+                       double u, int64_t position, int32_t * out_token, float * out_conf);
 
 /* slot = a point mass on token (prompt lookup's q), or a dense distribution given by the caller. */
 int  pymtp_sampler_set_point(pymtp_sampler * s, int32_t slot, int32_t token);
@@ -284,7 +292,9 @@ int  pymtp_sampler_slot(const pymtp_sampler * s, int32_t slot, int32_t * n,
  * Sampling: draft token i, drawn from q = slot i, is accepted when u[i] * q(d) < p(d)
  * (probability min(1, p/q)); on the first rejection the emitted token is drawn with u[k] from
  * normalize(max(0, p - q)) (from p when that is empty); after a full accept, from row k's p
- * with u[k]. u: k + 1 uniforms (unused when greedy). Writes the accepted count and the
+ * with u[k]. u: k + 1 uniforms (unused when greedy or coupled). Coupled sampling: row i's
+ * token is the race at text position position + i; draft token i is accepted when it is that
+ * token, so the emitted tokens are the ones plain decoding draws, whatever was drafted. Writes the accepted count and the
  * emitted token; out_probs (NULL or k + 1 floats): the target's probability of each token
  * it kept and of the emitted one (greedy: softmax at temperature 1).
  */
@@ -298,7 +308,7 @@ int  pymtp_sampler_top(pymtp_sampler * s, const float * row, const int32_t * his
                        const uint32_t * mask, int32_t n, int32_t * out_ids, float * out_logprobs, int32_t * out_n);
 int  pymtp_sampler_verify(pymtp_sampler * s, const float * rows, const int32_t * draft, int32_t k,
                           const int32_t * history, int32_t n_history, const uint32_t * masks,
-                          const double * u, int32_t * out_n_acc, int32_t * out_token, float * out_probs);
+                          const double * u, int64_t position, int32_t * out_n_acc, int32_t * out_token, float * out_probs);
 
 /* ---- memory ------------------------------------------------------------------ */
 

@@ -94,6 +94,60 @@ int32_t draw_index(const float * w, int32_t n, double u) {
     return 0;
 }
 
+// splitmix64's finalizer: a bijection of 64-bit words whose outputs pass as independent.
+inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+constexpr uint64_t GOLDEN = 0x9E3779B97F4A7C15ULL;
+
+// The key of text position `position` under seed: every token's number at that position
+// derives from it.
+inline uint64_t race_key(uint64_t seed, int64_t position) {
+    return mix64(mix64(seed + GOLDEN) ^ ((uint64_t) position * GOLDEN));
+}
+
+// U(key, token) in (0, 1): 53 random bits, centred so that 0 never comes out.
+inline double race_uniform(uint64_t key, int32_t token) {
+    return ((double) (mix64(key + (uint64_t) (token + 1) * GOLDEN) >> 11) + 0.5) * 0x1.0p-53;
+}
+
+// The exponential race over w (weights, any scale): argmin_i -log(U_i) / w_i, ties to the
+// lower token. Token i can only beat the best time t so far if U_i > exp(-t w_i); as
+// exp(-x) >= 1 - x, a U_i below 1 - t w_i (less a margin for rounding) cannot, and most
+// entries are dismissed with a hash and a multiply: a handful take the logarithm.
+template <typename IdOf>
+int32_t race_index(const float * w, int32_t n, uint64_t key, IdOf id_of) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; ++i) best = w[i] > w[best] ? i : best;
+    if (!(w[best] > 0.0f)) return 0;
+    double t = -std::log(race_uniform(key, id_of(best))) / (double) w[best];
+    for (int32_t i = 0; i < n; ++i) {
+        const double wi = w[i];
+        if (!(wi > 0.0) || i == best) continue;
+        const int32_t tok = id_of(i);
+        const double u = race_uniform(key, tok);
+        if (u <= 1.0 - t * wi - 1e-12) continue;
+        const double e = -std::log(u) / wi;
+        if (e < t || (e == t && tok < id_of(best))) {
+            t = e;
+            best = i;
+        }
+    }
+    return best;
+}
+
+// A token drawn from d: coupled, the race at `position`; otherwise by u in id order.
+int32_t draw_token(const pymtp_sampling_params & c, const dist & d, const float * w, double u, int64_t position) {
+    if (c.coupled) {
+        const uint64_t key = race_key(c.seed, position);
+        return d.id(race_index(w, d.n, key, [&d](int32_t i) { return d.id(i); }));
+    }
+    return d.id(draw_index(w, d.n, std::min(u, 1.0)));
+}
+
 }  // namespace
 
 struct pymtp_sampler {
@@ -396,7 +450,7 @@ int pymtp_sampler_configure(pymtp_sampler * s, const pymtp_sampling_params * p, 
     if (!s || !p) return fail(PYMTP_ERR_ARG, "NULL sampler or params");
     if (!(p->temperature >= 0.0f) || !(p->top_p > 0.0f && p->top_p <= 1.0f) || !(p->min_p >= 0.0f && p->min_p < 1.0f) ||
         !(p->repetition_penalty > 0.0f) || p->top_k < 0 || p->penalty_window < 0 ||
-        !std::isfinite(p->presence_penalty) || !std::isfinite(p->frequency_penalty)) {
+        !std::isfinite(p->presence_penalty) || !std::isfinite(p->frequency_penalty) || (p->coupled != 0 && p->coupled != 1)) {
         return fail(PYMTP_ERR_ARG, "bad sampling parameters");
     }
     if (n_bias < 0 || (n_bias > 0 && (!bias_ids || !bias_values))) return fail(PYMTP_ERR_ARG, "bad logit bias arrays");
@@ -418,9 +472,10 @@ int pymtp_sampler_configure(pymtp_sampler * s, const pymtp_sampling_params * p, 
 }
 
 int pymtp_sampler_row(pymtp_sampler * s, int32_t slot, const float * row, const int32_t * history, int32_t n_history,
-                      const uint32_t * mask, double u, int32_t * out_token, float * out_conf) {
+                      const uint32_t * mask, double u, int64_t position, int32_t * out_token, float * out_conf) {
     if (int rc = check_slot(s, slot)) return rc;
     if (!row || !out_token || n_history < 0) return fail(PYMTP_ERR_ARG, "bad sampler_row arguments");
+    if (s->params.coupled && position < 0) return fail(PYMTP_ERR_ARG, "coupled draws need a position >= 0, got %lld", (long long) position);
     if (int rc = check_tokens(s, history, n_history, "history")) return rc;
     int32_t n_win = 0;
     const int32_t * win = compose_window(s, history, n_history, nullptr, 0, &n_win);
@@ -435,7 +490,7 @@ int pymtp_sampler_row(pymtp_sampler * s, int32_t slot, const float * row, const 
     if (greedy(s) || u < 0.0) {
         *out_token = greedy(s) ? d.ids[0] : -1;
     } else {
-        *out_token = d.id(draw_index(d.probs.data(), d.n, std::min(u, 1.0)));
+        *out_token = draw_token(s->params, d, d.probs.data(), u, position);
     }
     return ok();
 }
@@ -505,11 +560,13 @@ int pymtp_sampler_slot(const pymtp_sampler * s, int32_t slot, int32_t * n, const
 
 int pymtp_sampler_verify(pymtp_sampler * s, const float * rows, const int32_t * draft, int32_t k,
                          const int32_t * history, int32_t n_history, const uint32_t * masks, const double * u,
-                         int32_t * out_n_acc, int32_t * out_token, float * out_probs) {
+                         int64_t position, int32_t * out_n_acc, int32_t * out_token, float * out_probs) {
     if (!s) return fail(PYMTP_ERR_HANDLE, "no sampler");
     if (!rows || !out_n_acc || !out_token || k < 0 || n_history < 0) return fail(PYMTP_ERR_ARG, "bad verify arguments");
     if (k > (int32_t) s->slots.size()) return fail(PYMTP_ERR_ARG, "a draft of %d tokens needs %d q slots (have %zu)", k, k, s->slots.size());
-    if (!greedy(s) && !u) return fail(PYMTP_ERR_ARG, "sampling needs k + 1 uniforms");
+    const bool coupled = !greedy(s) && s->params.coupled;
+    if (!greedy(s) && !coupled && !u) return fail(PYMTP_ERR_ARG, "sampling needs k + 1 uniforms");
+    if (coupled && position < 0) return fail(PYMTP_ERR_ARG, "coupled sampling needs a position >= 0, got %lld", (long long) position);
     if (int rc = check_tokens(s, draft, k, "draft")) return rc;
     if (int rc = check_tokens(s, history, n_history, "history")) return rc;
     const int32_t V = s->n_vocab;
@@ -531,6 +588,11 @@ int pymtp_sampler_verify(pymtp_sampler * s, const float * rows, const int32_t * 
             }
             if (greedy(s)) {
                 tok = s->p.ids[0];
+            } else if (coupled) {
+                // the token plain decoding draws here; the draft survives only if it is that token
+                tok = draw_token(s->params, s->p, s->p.probs.data(), 0.0, position + i);
+                if (out_probs) out_probs[i] = s->p.prob_of(tok);
+                if (i < k && tok == draft[i]) continue;
             } else if (i < k) {
                 const int32_t d = draft[i];
                 const dist & q = s->slots[i];

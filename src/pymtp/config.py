@@ -36,6 +36,14 @@ class SamplingConfig(BaseModel):
         (), description="(token, bias) pairs added to the logits first; a dict {token: bias} is accepted"
     )
     seed: int | None = Field(None, ge=0, description="seed of the sampling RNG (None: a random seed)")
+    # Coupled: each token is an exponential race keyed by (seed, position), so speculation
+    # emits exactly the tokens plain decoding draws for that seed, whatever the drafts, batch
+    # or policy; a draft token is kept when it wins the target's race (a little less often
+    # than rejection sampling keeps it). Rejection: speculative sampling, min(1, p/q), exact
+    # in distribution only. Auto: coupled when a seed is given.
+    sampling_rule: Literal["auto", "coupled", "rejection"] = Field(
+        "auto", description="coupled: a seed gives the same tokens speculative or not; rejection: most acceptance"
+    )
 
     @field_validator("logit_bias", mode="before")
     @classmethod
@@ -58,6 +66,13 @@ class SamplingConfig(BaseModel):
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def coupled(self) -> bool:
+        """Sampling by seeded races (see sampling_rule)."""
+        return not self.greedy and (
+            self.sampling_rule == "coupled" or (self.sampling_rule == "auto" and self.seed is not None)
+        )
 
 
 #: The settings of the fixed and adaptive policies: a SpecConfig that sets any of them (and no

@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from typing_extensions import TypedDict
 
@@ -65,6 +65,9 @@ class GenerateOptions(TypedDict, total=False):
     """{token id: bias} added to the logits first (bias in [-100, 100])."""
     seed: int | None
     """Seed of the sampling RNG (default: a random one). A list of prompts seeds each alike."""
+    sampling_rule: Literal["auto", "coupled", "rejection"]
+    """coupled: a seed gives the same tokens speculative or not; rejection: speculative sampling,
+    the most acceptance; auto (the default): coupled when a seed is given."""
     speculative: bool | SpecConfig | Mapping[str, Any] | None
     """True (the default): MTP drafting with the default [SpecConfig][pymtp.config.SpecConfig];
     False: plain decoding; a SpecConfig or a dict of its fields."""

@@ -117,6 +117,9 @@ class Sampler:
         self.config = config
         self.logits_processor = logits_processor
         self.rng = np.random.default_rng(config.seed)
+        # coupled draws: the key of the races, and the text position of the next token drawn
+        self._race_seed = (config.seed if config.seed is not None else int(self.rng.integers(2**63))) % 2**64
+        self.position = 0
         c = config
         self.penalizes = c.repetition_window > 0 and (
             c.repetition_penalty != 1.0 or c.presence_penalty != 0.0 or c.frequency_penalty != 0.0
@@ -154,6 +157,8 @@ class Sampler:
                 "presence_penalty": c.presence_penalty,
                 "frequency_penalty": c.frequency_penalty,
                 "penalty_window": self._window,
+                "coupled": int(c.coupled),
+                "seed": self._race_seed,
             },
         )
         ids = np.array([t for t, _ in c.logit_bias], dtype=np.int32)
@@ -213,7 +218,9 @@ class Sampler:
             row = self._processed(row, list(history) + list(extra))
         row = self._rows(row)
         hist, n_hist = self._history(history, extra)
-        u = self.rng.random() if draw and not self.config.greedy else -1.0
+        sampled = draw and not self.config.greedy
+        # coupled: the race at this token's text position, no RNG state consumed
+        u = (0.0 if self.config.coupled else self.rng.random()) if sampled else -1.0
         check(
             lib.pymtp_sampler_row(
                 self._native,
@@ -223,6 +230,7 @@ class Sampler:
                 n_hist,
                 _mask_ptr(mask, self.n_vocab),
                 u,
+                self.position + len(extra),
                 self._tok,
                 self._conf if confidence else ffi.NULL,
             )
@@ -249,8 +257,10 @@ class Sampler:
         return self.slot_probs(scratch)
 
     def choose(self, row: np.ndarray, history: Sequence[int], mask: np.ndarray | None = None) -> int:
-        """The next token from one logits row (plain decoding)."""
-        return self.row(self.n_slots - 1, row, history, confidence=False, mask=mask)[0]
+        """The next token from one logits row (plain decoding): the text moves on one position."""
+        tok = self.row(self.n_slots - 1, row, history, confidence=False, mask=mask)[0]
+        self.position += 1
+        return tok
 
     def _point_masses(self, tokens: Sequence[int]) -> None:
         """q of draft position i = a point mass on tokens[i] (prompt lookup's drafts)."""
@@ -305,7 +315,7 @@ class Sampler:
         ):
             raise ValueError(f"masks: need {k + 1} C-contiguous uint32 rows of {(self.n_vocab + 31) // 32} words")
         u = ffi.NULL
-        if not self.config.greedy:
+        if not self.config.greedy and not self.config.coupled:  # coupled verify reads no q
             if q == Q_POINT_MASS:
                 self._point_masses(draft)
             elif q is not None and not isinstance(q, str):  # Q_IN_SLOTS: the drafter filled them
@@ -325,12 +335,14 @@ class Sampler:
                 n_hist,
                 mask_ptr,
                 u,
+                self.position,
                 self._n_acc,
                 self._tok,
                 self._probs_out if probs or top else ffi.NULL,
             )
         )
         n_acc, new = int(self._n_acc[0]), int(self._tok[0])
+        self.position += n_acc + 1
         return Verdict(
             n_acc,
             new,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import DraftContext, TargetContext, _Context
+from .contexts import DraftContext, TargetContext, _Context
 
 
 def _from_ctx(name: str) -> property:
