@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 def step(seqs: Sequence[MTPSpeculator], max_new: Sequence[int | None]) -> list[StepResult]:
     """One speculative step for every text (max_new[i]: the most tokens text i may emit now,
     None: no bound); returns each text's StepResult, in order."""
-    # The per-step Python is kept flat: a plain step of a single text costs about what the
-    # loop of one text alone used to (no per-step requests, policies or lists it does not use).
+    # Kept flat for the plain step of one text (#31: nothing gets slower): no draft requests,
+    # planning or per-text lists a step does not use (tools/measure_step_python.py measures it).
     for sp in seqs:
         sp.check_ready()
     first = seqs[0]
