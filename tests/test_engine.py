@@ -163,6 +163,19 @@ def test_crossings_into_c_per_step_are_constant(models, greedy):
     assert max(batched) <= (20 if greedy else 40), batched
 
 
+def test_a_plain_step_crosses_into_c_three_times(models):
+    """Plain decoding, alone or as the one text of a Batch: the verify decode, its logits and the
+    sampler's verify; nothing for drafting, hidden rows or cuts (#31: plain must not get slower)."""
+    m = models("glm4moe")
+    with m.lock:
+        sp = m.speculator(SamplingConfig(), None)
+        sp.start(m.tokenize(PROMPTS[1]))
+        assert _step_crossings(sp, 4) == [3, 3, 3, 3]
+    with Batch(m, n_seq=1, n_ctx=192, spec=None) as b:
+        b.add(m.tokenize(PROMPTS[1]), limits=GenerationConfig(max_tokens=64, ignore_eos=True))
+        assert _step_crossings(b, 4) == [3, 3, 3, 3]
+
+
 def test_the_native_greedy_recursion_refuses_bad_arguments(models):
     """pymtp_draft_greedy checks its arrays and that the last decode gave one row per text."""
     from pymtp.errors import PymtpError

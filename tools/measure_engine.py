@@ -29,11 +29,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure_streams import pymtp_call, round_, wait_up  # noqa: E402
+import pymtp
 
-import pymtp  # noqa: E402
-from pymtp_testing.hosts import free_port  # noqa: E402  (tests/ is on the path: measure_streams)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def side_env(spec: str) -> dict[str, str]:
@@ -208,6 +206,11 @@ def main() -> None:
     if args.skip_streams:
         print(json.dumps(report, indent=1, default=str))
         return
+    # (here, not at the top: a --worker of an older tree must not need this tree's test helpers)
+    from measure_streams import pymtp_call, round_, wait_up
+
+    from pymtp_testing.hosts import free_port  # (tests/ is on the path: measure_streams)
+
     path = str(pymtp.load(args.model, n_ctx=512).model.path)
     servers = {}
     try:

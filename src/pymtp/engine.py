@@ -17,8 +17,8 @@ A step that fails puts every text it had not settled back where the step found i
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 from .drafter import Draft, DraftRequest
@@ -33,49 +33,68 @@ if TYPE_CHECKING:
 def step(seqs: Sequence[MTPSpeculator], max_new: Sequence[int | None]) -> list[StepResult]:
     """One speculative step for every text (max_new[i]: the most tokens text i may emit now,
     None: no bound); returns each text's StepResult, in order."""
+    # Kept flat for the plain step of one text (#31: nothing gets slower): no draft requests,
+    # planning or per-text lists a step does not use (tools/measure_step_python.py measures it).
     for sp in seqs:
         sp.check_ready()
-    ctx = seqs[0].target.ctx
-    if any(sp.target.ctx is not ctx for sp in seqs):
+    first = seqs[0]
+    ctx = first.target.ctx
+    if len(seqs) > 1 and any(sp.target.ctx is not ctx for sp in seqs):
         raise ValueError("texts stepped together must share one target context")
-    t0 = time.perf_counter()
+    t0 = perf_counter()
     n_pasts = [sp.n_past for sp in seqs]
     results: list[StepResult] = []
     try:
-        ks = plan_batch(seqs, list(max_new))
-        requests = [
-            DraftRequest(
-                sp.tokens[-1], sp.n_past, k, sp.sampler, sp.tokens, sp.policy.p_min if sp.policy else 0.0, sp.constraint
-            )
-            for sp, k in zip(seqs, ks)
-        ]
-        drafts = draft_all([sp.drafter for sp in seqs], requests)
-        t1 = time.perf_counter()
+        # DRAFT (texts without a draft policy decode plainly: k = 0)
+        ks = plan_batch(seqs, list(max_new)) if any(sp.policy is not None for sp in seqs) else None
+        if ks is not None and any(ks):
+            requests = [
+                DraftRequest(
+                    sp.tokens[-1],
+                    sp.n_past,
+                    k,
+                    sp.sampler,
+                    sp.tokens,
+                    sp.policy.p_min if sp.policy else 0.0,
+                    sp.constraint,
+                )
+                for sp, k in zip(seqs, ks)
+            ]
+            drafts = draft_all([sp.drafter for sp in seqs], requests)
+        else:
+            drafts = [Draft() for _ in seqs]
+        t1 = perf_counter()
         # VERIFY: one target decode of every text's [last, d1..dk]
         tokens: list[int] = []
         pos: list[int] = []
         seq_ids: list[int] = []
         offsets: list[int] = []
+        wants_hidden = False
         for sp, d in zip(seqs, drafts):
-            rows = [sp.tokens[-1]] + d.tokens
-            sp.rollback.mark(sp.n_past, rows)  # a plain step too: a failure must undo its decode
+            rows = [sp.tokens[-1], *d.tokens]
+            n_past = sp.n_past
+            sp.rollback.mark(n_past, rows)  # a plain step too: a failure must undo its decode
             offsets.append(len(tokens))
             tokens += rows
-            pos += range(sp.n_past, sp.n_past + len(rows))
+            pos += range(n_past, n_past + len(rows))
             seq_ids += [sp.target.seq_id] * len(rows)
+            wants_hidden = wants_hidden or (sp.drafter is not None and sp.drafter.wants_hidden)
         ctx.decode_rows(tokens, pos, seq_ids)
-        wants_hidden = [sp.drafter is not None and sp.drafter.wants_hidden for sp in seqs]
-        logits, hidden = ctx.logits(), ctx.hidden() if any(wants_hidden) else None
+        logits, hidden = ctx.logits(), ctx.hidden() if wants_hidden else None
         if len(seqs) > 1 and any(sp.rollback.kind == "checkpoint" for sp in seqs):
             # a checkpoint rollback re-decodes, which rewrites the rows the others still read
             logits, hidden = logits.copy(), None if hidden is None else hidden.copy()
-        t2 = time.perf_counter()
-        _observe_shared_costs(seqs, drafts, t1 - t0, t2 - t1)
-        for sp, d, o, wh in zip(seqs, drafts, offsets, wants_hidden):
-            n = len(d.tokens) + 1
-            results.append(
-                sp.settle(d, logits[o : o + n], hidden[o : o + n] if wh and hidden is not None else None, t0, t1, t2)
-            )
+        t2 = perf_counter()
+        if len(seqs) > 1 or first.batch_rows:  # only a Batch's texts share costs (pymtp.policy)
+            _observe_shared_costs(seqs, drafts, t1 - t0, t2 - t1)
+        if len(seqs) == 1:  # its rows are the whole decode's
+            results.append(first.settle(drafts[0], logits, hidden, t0, t1, t2))
+        else:
+            for sp, d, o in zip(seqs, drafts, offsets):
+                n = len(d.tokens) + 1
+                wh = sp.drafter is not None and sp.drafter.wants_hidden
+                h = hidden[o : o + n] if wh and hidden is not None else None
+                results.append(sp.settle(d, logits[o : o + n], h, t0, t1, t2))
     except BaseException:
         for sp, n_past in list(zip(seqs, n_pasts))[len(results) :]:
             sp.recover(n_past)

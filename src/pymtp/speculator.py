@@ -342,7 +342,9 @@ class MTPSpeculator:
         """How many tokens to draft this step: the policy's choice, bounded by the room left
         in the context and the batch, and by max_new (in a Batch: beside rows_before rows of
         other sequences in the same verify, which yield tokens_before tokens)."""
-        k = self.policy.next_length(self.n_past, rows_before, tokens_before) if self.policy else 0
+        if self.policy is None:
+            return 0  # plain decoding
+        k: int = self.policy.next_length(self.n_past, rows_before, tokens_before)
         limit = min(self.room() - 1, self.target.n_batch - 1)
         if max_new is not None:
             limit = min(limit, max_new - 1)
@@ -354,48 +356,47 @@ class MTPSpeculator:
         """The rest of a step once the target has verified [last, d1..dk] at n_past (logits and
         hidden: this sequence's rows of that decode): ACCEPT, HANDOFF, ROLLBACK, POLICY."""
         n_past = self.n_past
+        drafted, drafter, policy = draft.tokens, self.drafter, self.policy
         # ACCEPT
         c = self.constraint
         verdict = self.sampler.verify(
             logits,
-            draft.tokens,
+            drafted,
             draft.q,
             self.tokens,
-            masks=None if c is None else c.verify_masks(draft.tokens),
+            masks=None if c is None else c.verify_masks(drafted),
             probs=self.logprobs,
             top=self.top_logprobs,
         )
         n_acc, new = verdict.n_accepted, verdict.token
         if c is not None:
             c.settle(n_acc, new)
-        accepted = [self.tokens[-1]] + draft.tokens[:n_acc]  # now part of the text, in the target KV
-        # HANDOFF (the drafter copies the rows: views die with the next decode)
-        if self.drafter:
-            self.drafter.observe(accepted, n_past, hidden)
+        # HANDOFF of the accepted tokens, now in the target KV (the drafter copies the rows:
+        # views die with the next decode)
+        if drafter is not None:
+            drafter.observe([self.tokens[-1], *drafted[:n_acc]], n_past, hidden)
         # ROLLBACK
         t3 = time.perf_counter()
-        if n_acc < len(draft.tokens):
+        if n_acc < len(drafted):
             self.rollback.trim(n_past + n_acc + 1)
         t_draft, t_verify = t1 - t0, (t2 - t1) + (time.perf_counter() - t3)
 
-        emitted = draft.tokens[:n_acc] + [new]
+        emitted = [*drafted[:n_acc], new] if n_acc else [new]
         self.tokens.extend(emitted)
         self.n_past = n_past + n_acc + 1
         # POLICY
-        if self.policy:
-            self.policy.update(len(draft.tokens), n_acc, t_draft, t_verify)
-            self.stats.cooldown_steps = self.policy.cooldown_steps_taken
-            if self.policy.trace:
-                self.stats.record_choice(self.policy.trace[-1])
-        source = (
-            (self.drafter.last_source or type(self.drafter).__name__)
-            if draft.tokens and self.drafter is not None
-            else ""
-        )  # drafts come from a drafter
-        if self.drafter:
-            self.drafter.accepted(len(draft.tokens), n_acc)
+        if policy is not None:
+            policy.update(len(drafted), n_acc, t_draft, t_verify)
+            self.stats.cooldown_steps = policy.cooldown_steps_taken
+            if policy.trace:
+                self.stats.record_choice(policy.trace[-1])
+        source = ""
+        if drafter is not None:
+            if drafted:  # drafts come from a drafter
+                source = drafter.last_source or type(drafter).__name__
+            drafter.accepted(len(drafted), n_acc)
         result = StepResult(
-            draft.tokens,
+            drafted,
             n_acc,
             emitted,
             t_draft,
