@@ -27,14 +27,17 @@ from measure_batch_cost import model_paths  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--type", default="F16")
+    ap.add_argument("--type", default="F16", help="the default model as this type")
+    ap.add_argument("--model", default=None, help="a GGUF to decode instead of the default model")
     ap.add_argument("--rows", type=int, default=1)
     ap.add_argument("--position", type=int, default=100)
     ap.add_argument("--decodes", type=int, default=200)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--work", default="build/batch_cost")
     ap.add_argument(
-        "--perf-ctl", default=None, help="perf's control FIFO (perf record -D -1 --control fifo:PATH): enabled once the model is ready"
+        "--perf-ctl",
+        default=None,
+        help="perf's control FIFO (perf record -D -1 --control fifo:PATH): enabled once the model is ready",
     )
     a = ap.parse_args()
 
@@ -42,11 +45,11 @@ def main() -> None:
 
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    path = model_paths([a.type], work)[a.type]
+    path = a.model or model_paths([a.type], work)[a.type]
     m = pymtp.Model(path)
     t = pymtp.TargetContext(m, n_ctx=a.position + a.rows + 8, n_batch=512, n_threads=a.threads)
     rng = np.random.default_rng(0)
-    toks = [int(x) for x in rng.integers(200, 40000, a.position + a.rows)]
+    toks = [int(x) for x in rng.integers(200, min(40000, m.n_vocab), a.position + a.rows)]
     for p0 in range(0, a.position, 512):
         t.decode(toks[p0 : min(a.position, p0 + 512)], p0)
     out = np.ones(a.rows, dtype=np.uint8)
@@ -62,7 +65,8 @@ def main() -> None:
         t.decode(toks[a.position : a.position + a.rows], a.position, output=out)
         times.append(time.perf_counter() - t0)
         t.seq_rm(a.position)
-    print(f"{a.type} n={a.rows} pos={a.position} threads={a.threads}: {np.median(times) * 1e3:.3f} ms median of {a.decodes}")
+    ms = np.median(times) * 1e3
+    print(f"{Path(path).name} n={a.rows} pos={a.position} threads={a.threads}: {ms:.3f} ms median of {a.decodes}")
 
 
 if __name__ == "__main__":
