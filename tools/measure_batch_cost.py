@@ -2,7 +2,7 @@
 
     python tools/measure_batch_cost.py --stock /work/lib/main/libpymtp.so \\
         --patched build-k1/libpymtp.so [--types F16,Q8_0,Q4_K_M] [--positions 100,2000]
-        [--repeats 15] [--out build/batch_cost.json]
+        [--repeats 15] [--out build/batch_cost.json] [--also NAME=LIB ...]
 
 c(n) is one target decode of n rows (logits for every row, as a verification step) after
 `position` tokens of context; c(n)/c(1) for n = 1..8. Each library runs in a worker process
@@ -45,7 +45,7 @@ def worker(paths: dict[str, str], positions: list[int], threads: int | None) -> 
         m = pymtp.Model(path)
         for pos in positions:
             t = pymtp.TargetContext(m, n_ctx=n_ctx, n_batch=512, n_threads=threads)
-            toks = [int(x) for x in rng.integers(200, 40000, pos + N_MAX)]
+            toks = [int(x) for x in rng.integers(200, min(40000, m.n_vocab), pos + N_MAX)]
             for p0 in range(0, pos, 512):
                 t.decode(toks[p0 : min(pos, p0 + 512)], p0)
             ctxs[(name, pos)] = (m, t, toks)
@@ -154,6 +154,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--stock", help="libpymtp.so built from the stock pinned tree (required)")
     ap.add_argument("--patched", help="libpymtp.so built with the small-batch patch (required)")
+    ap.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="NAME=LIB",
+        help="another libpymtp.so timed in the same run (repeatable), e.g. an earlier patch",
+    )
     ap.add_argument("--types", default="F16,Q8_0,Q4_K_M")
     ap.add_argument("--positions", default="100,2000")
     ap.add_argument("--repeats", type=int, default=15)
@@ -175,6 +182,11 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     paths = model_paths(types, work)
     libs = {"stock": a.stock, "patched": a.patched}
+    for spec in a.also:
+        name, sep, lib = spec.partition("=")
+        if not sep or not name or name in libs:
+            ap.error(f"--also {spec!r}: expected NAME=LIB with a new NAME")
+        libs[name] = lib
     workers = {k: Worker(v, paths, positions, a.threads) for k, v in libs.items()}
     times = {(lib, t, p, n): [] for lib in libs for t in types for p in positions for n in range(1, N_MAX + 1)}
     order = [(t, p, n) for t in types for p in positions for n in range(1, N_MAX + 1)]
@@ -182,7 +194,7 @@ def main() -> None:
     for r in range(a.repeats):
         for i in rng.permutation(len(order)):
             t, p, n = order[i]
-            for lib in ("stock", "patched") if r % 2 == 0 else ("patched", "stock"):
+            for lib in list(libs) if r % 2 == 0 else list(libs)[::-1]:
                 times[(lib, t, p, n)].append(workers[lib].time(t, p, n))
     for w in workers.values():
         w.close()
