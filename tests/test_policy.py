@@ -335,6 +335,28 @@ def test_calibration_is_quick_and_cached(echo):
     use_costs(sess.model, None)
 
 
+def test_costs_are_calibrated_at_the_sessions_thread_count(echo, monkeypatch):
+    """A session decoding with 3 threads gets costs measured with 3 threads (not the default
+    thread count's, which may be another machine's worth of cores)."""
+    import pymtp.costs
+
+    asked: list[int | None] = []
+
+    def fake(model, max_rows, *, n_threads=None, **_):
+        asked.append(n_threads)
+        return CostModel.table({1: 0.01, 2: 0.011, 3: 0.012, 4: 0.013, 5: 0.014}, 0.002)
+
+    monkeypatch.setattr(pymtp.costs, "calibrate", fake)
+    path = echo[1.0][0].model.path
+    with pymtp.load(path, n_ctx=256, n_threads=3) as sess:
+        use_costs(sess.model, None, n_threads=3)
+        try:
+            pymtp.generate("def f(x):", sess, max_tokens=8, ignore_eos=True, speculative=SpecConfig(policy="auto"))
+        finally:
+            use_costs(sess.model, None, n_threads=3)
+    assert asked and set(asked) == {3}
+
+
 # ---- in a speculator, end to end ---------------------------------------------------------------------
 
 

@@ -276,6 +276,7 @@ class _Context:
     def set_threads(self, n_threads: int, n_threads_batch: int | None = None) -> None:
         with self.lock:
             check(lib.pymtp_ctx_set_threads(self._handle(), n_threads, n_threads_batch or n_threads))
+        self.n_threads = n_threads
 
     def decode_rows(
         self,
@@ -356,6 +357,7 @@ class TargetContext(_Context):
         super().__init__(model)
         self._drafts: weakref.WeakSet[DraftContext] = weakref.WeakSet()
         p = self._params(n_ctx, n_batch, n_rs_seq, n_threads, n_seq_max)
+        self.n_threads: int = p.n_threads  # the costs the auto policy calibrates are per thread count
         with self.lock:
             self._h = _new_handle("pymtp_ctx **", lib.pymtp_ctx_create, self.model._handle(), p)
             self._init_info()
@@ -396,6 +398,7 @@ class DraftContext(_Context):
                 f"{model.n_mtp_layers}): it cannot draft. Run it with speculative=False."
             )
         p = self._params(target.n_ctx, n_batch or target.n_batch, 0, n_threads, n_seq_max)
+        self.n_threads: int = p.n_threads
         # No PYMTP_MAX_UBATCH cap here: the trimmed draft vocabulary reads a batch's chosen head
         # rows from one ubatch, and a draft decode of more than 8 rows (many texts) needs them.
         p.n_ubatch = 0

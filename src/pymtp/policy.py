@@ -166,6 +166,7 @@ class AutoPolicy:
         shared: bool = False,
         max_rows: int | None = None,
         mode: str = "greedy",
+        n_threads: int | None = None,
     ) -> None:
         self.config = config
         self.mode = mode  # "greedy" or "sample" (draft and step costs differ)
@@ -174,6 +175,7 @@ class AutoPolicy:
         self._model = model
         self._costs = costs
         self._max_rows = max_rows or self.n_max + 1
+        self._n_threads = n_threads  # the target's: costs are calibrated per thread count
         self.shared = shared
         self.acceptance, self.probes = _carried(model, (config.drafter, self.n_max, mode), config.adaptive_window)
         self._retime = 0  # a draft length to draft again, to time it without the head's catch-up
@@ -192,7 +194,7 @@ class AutoPolicy:
         if self._costs is None:
             if self._model is None:
                 raise ValueError("AutoPolicy needs a CostModel or a model to calibrate one")
-            self._costs = costs_for(self._model, self._max_rows)
+            self._costs = costs_for(self._model, self._max_rows, self._n_threads)
         return self._costs
 
     def verify_cost(self, k):
@@ -343,9 +345,11 @@ def make_policy(
     shared: bool = False,
     max_rows: int | None = None,
     greedy: bool = True,
+    n_threads: int | None = None,
 ):
     """The policy a SpecConfig asks for (n_max: the longest draft the drafter allows; greedy:
-    whether the generation samples, which changes what drafting costs)."""
+    whether the generation samples, which changes what drafting costs; n_threads: the target
+    context's, which the auto policy's costs are measured at)."""
     if spec.policy == "auto":
         return AutoPolicy(
             spec,
@@ -355,6 +359,7 @@ def make_policy(
             shared=shared,
             max_rows=max_rows,
             mode="greedy" if greedy else "sample",
+            n_threads=n_threads,
         )
     if spec.policy == "adaptive" and not spec.adaptive:
         spec = spec.model_copy(update={"adaptive": True})

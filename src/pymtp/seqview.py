@@ -39,6 +39,7 @@ class _SeqView:
     n_embd = _from_ctx("n_embd")
     n_vocab = _from_ctx("n_vocab")
     n_rs_seq = _from_ctx("n_rs_seq")
+    n_threads = _from_ctx("n_threads")
     closed = _from_ctx("closed")
 
     def logits(self) -> np.ndarray:

@@ -113,6 +113,7 @@ class MTPSpeculator:
                 shared=self.batch_rows > 0,
                 max_rows=self.batch_rows or n_max + 1,
                 greedy=self.sampling.greedy,
+                n_threads=self.target.n_threads,
             )
             if self.drafter
             else None
