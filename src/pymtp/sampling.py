@@ -118,7 +118,10 @@ class Sampler:
         self.logits_processor = logits_processor
         self.rng = np.random.default_rng(config.seed)
         # coupled draws: the key of the races, and the text position of the next token drawn
-        self._race_seed = (config.seed if config.seed is not None else int(self.rng.integers(2**63))) % 2**64
+        self._coupled = config.coupled
+        self._race_seed = 0
+        if self._coupled:
+            self._race_seed = (config.seed if config.seed is not None else int(self.rng.integers(2**63))) % 2**64
         self.position = 0
         c = config
         self.penalizes = c.repetition_window > 0 and (
@@ -157,7 +160,7 @@ class Sampler:
                 "presence_penalty": c.presence_penalty,
                 "frequency_penalty": c.frequency_penalty,
                 "penalty_window": self._window,
-                "coupled": int(c.coupled),
+                "coupled": int(self._coupled),
                 "seed": self._race_seed,
             },
         )
@@ -220,7 +223,7 @@ class Sampler:
         hist, n_hist = self._history(history, extra)
         sampled = draw and not self.config.greedy
         # coupled: the race at this token's text position, no RNG state consumed
-        u = (0.0 if self.config.coupled else self.rng.random()) if sampled else -1.0
+        u = (0.0 if self._coupled else self.rng.random()) if sampled else -1.0
         check(
             lib.pymtp_sampler_row(
                 self._native,
@@ -315,7 +318,7 @@ class Sampler:
         ):
             raise ValueError(f"masks: need {k + 1} C-contiguous uint32 rows of {(self.n_vocab + 31) // 32} words")
         u = ffi.NULL
-        if not self.config.greedy and not self.config.coupled:  # coupled verify reads no q
+        if not self.config.greedy and not self._coupled:  # coupled verify reads no q
             if q == Q_POINT_MASS:
                 self._point_masses(draft)
             elif q is not None and not isinstance(q, str):  # Q_IN_SLOTS: the drafter filled them
