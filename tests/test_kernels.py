@@ -49,6 +49,8 @@ def _random_blocks(qtype: QT, rows: int, cols: int, rng: np.random.Generator) ->
         parts = [half(0.003, 0.015), raw(4), raw(16)]
     elif qtype == QT.Q4_K:
         parts = [half(0.0005, 0.003), half(0.0002, 0.002), raw(12), raw(128)]
+    elif qtype == QT.Q5_K:
+        parts = [half(0.0005, 0.003), half(0.0002, 0.002), raw(12), raw(32), raw(128)]
     elif qtype == QT.Q6_K:
         scales = rng.integers(-64, 65, (nb, 16), dtype=np.int8).view(np.uint8)
         parts = [raw(128), raw(64), scales, half(0.00005, 0.0003)]
@@ -59,20 +61,20 @@ def _random_blocks(qtype: QT, rows: int, cols: int, rng: np.random.Generator) ->
     return out.reshape(rows, cols // block * nbytes)
 
 
-def _matmul_model(path, qtype: QT, n_vocab_extra: int, seed: int = 0):
-    """A llama whose logits are output.weight (of ``qtype``) times rmsnorm(token embedding).
-    Returns (path, token embeddings, output weights as float64)."""
+def _matmul_model(path, qtype: QT, n_vocab_extra: int, n_embd: int = N_EMBD, seed: int = 0):
+    """A llama whose logits are output.weight (of ``qtype``, ``n_embd`` wide) times
+    rmsnorm(token embedding). Returns (path, token embeddings, output weights as float64)."""
     rng = np.random.default_rng(seed)
     specials = ("<|bos|>", "<|eos|>") + tuple(f"<|pad{i}|>" for i in range(n_vocab_extra))
     tokens, merges, types = fixtures.byte_vocab(specials=specials)
     n_vocab = len(tokens)
-    n_head, n_head_kv, n_ff = N_EMBD // HEAD_DIM, 2, 256
+    n_head, n_head_kv, n_ff = n_embd // HEAD_DIM, 2, 256
 
     wr = gguf.GGUFWriter(str(path), "llama")
     wr.add_uint32("general.file_type", 0)
     wr.add_uint32("general.quantization_version", 2)
     wr.add_uint32("llama.context_length", 512)
-    wr.add_uint32("llama.embedding_length", N_EMBD)
+    wr.add_uint32("llama.embedding_length", n_embd)
     wr.add_uint32("llama.block_count", 1)
     wr.add_uint32("llama.feed_forward_length", n_ff)
     wr.add_uint32("llama.attention.head_count", n_head)
@@ -89,26 +91,26 @@ def _matmul_model(path, qtype: QT, n_vocab_extra: int, seed: int = 0):
     def f32(name: str, arr: np.ndarray) -> None:
         wr.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
 
-    embd = rng.standard_normal((n_vocab, N_EMBD)).astype(np.float32)
+    embd = rng.standard_normal((n_vocab, n_embd)).astype(np.float32)
     f32("token_embd.weight", embd)
-    f32("output_norm.weight", np.ones(N_EMBD))
-    f32("blk.0.attn_norm.weight", np.ones(N_EMBD))
-    f32("blk.0.ffn_norm.weight", np.ones(N_EMBD))
-    f32("blk.0.attn_q.weight", rng.standard_normal((N_EMBD, N_EMBD)) * 0.05)
-    f32("blk.0.attn_k.weight", rng.standard_normal((n_head_kv * HEAD_DIM, N_EMBD)) * 0.05)
-    f32("blk.0.attn_v.weight", rng.standard_normal((n_head_kv * HEAD_DIM, N_EMBD)) * 0.05)
-    f32("blk.0.attn_output.weight", np.zeros((N_EMBD, N_EMBD)))
-    f32("blk.0.ffn_gate.weight", rng.standard_normal((n_ff, N_EMBD)) * 0.05)
-    f32("blk.0.ffn_up.weight", rng.standard_normal((n_ff, N_EMBD)) * 0.05)
-    f32("blk.0.ffn_down.weight", np.zeros((N_EMBD, n_ff)))
+    f32("output_norm.weight", np.ones(n_embd))
+    f32("blk.0.attn_norm.weight", np.ones(n_embd))
+    f32("blk.0.ffn_norm.weight", np.ones(n_embd))
+    f32("blk.0.attn_q.weight", rng.standard_normal((n_embd, n_embd)) * 0.05)
+    f32("blk.0.attn_k.weight", rng.standard_normal((n_head_kv * HEAD_DIM, n_embd)) * 0.05)
+    f32("blk.0.attn_v.weight", rng.standard_normal((n_head_kv * HEAD_DIM, n_embd)) * 0.05)
+    f32("blk.0.attn_output.weight", np.zeros((n_embd, n_embd)))
+    f32("blk.0.ffn_gate.weight", rng.standard_normal((n_ff, n_embd)) * 0.05)
+    f32("blk.0.ffn_up.weight", rng.standard_normal((n_ff, n_embd)) * 0.05)
+    f32("blk.0.ffn_down.weight", np.zeros((n_embd, n_ff)))
     if qtype in (QT.F32, QT.F16):
-        w = (rng.standard_normal((n_vocab, N_EMBD)) * 0.06).astype(np.float32 if qtype == QT.F32 else np.float16)
+        w = (rng.standard_normal((n_vocab, n_embd)) * 0.06).astype(np.float32 if qtype == QT.F32 else np.float16)
         wr.add_tensor("output.weight", w)
         wdeq = w.astype(np.float64)
     else:
-        blocks = _random_blocks(qtype, n_vocab, N_EMBD, rng)
+        blocks = _random_blocks(qtype, n_vocab, n_embd, rng)
         wr.add_tensor("output.weight", blocks, raw_shape=blocks.shape, raw_dtype=qtype)
-        wdeq = dequantize(blocks, qtype).astype(np.float64).reshape(n_vocab, N_EMBD)
+        wdeq = dequantize(blocks, qtype).astype(np.float64).reshape(n_vocab, n_embd)
     wr.write_header_to_file()
     wr.write_kv_data_to_file()
     wr.write_tensors_to_file()
@@ -120,17 +122,20 @@ def _matmul_model(path, qtype: QT, n_vocab_extra: int, seed: int = 0):
 #: for quantized products): F32 weights meet F32 activations; F16 weights meet F32 activations
 #: in the x86 kernels and F16 ones in the vec_dot of other CPUs (~1e-7); the others meet
 #: activations quantized to 8 bits (Q8_0 or Q8_K)
-NMSE = {QT.F32: 1e-10, QT.F16: 1e-6, QT.Q8_0: 5e-4, QT.Q4_0: 5e-4, QT.Q5_0: 5e-4, QT.Q4_K: 5e-4, QT.Q6_K: 5e-4}
+NMSE = {QT.F32: 1e-10, QT.F16: 1e-6, QT.Q8_0: 5e-4, QT.Q4_0: 5e-4, QT.Q5_0: 5e-4, QT.Q4_K: 5e-4, QT.Q5_K: 5e-4, QT.Q6_K: 5e-4}
 
 
-# 304 output rows: Q4_0 and Q4_K weights go to the repacked (interleaved) layout on AVX2;
-# 307 rows (3 more tokens): they stay in the plain layout
-CASES = [(t, 0) for t in NMSE] + [(QT.Q4_0, 3), (QT.Q4_K, 3)]
+# 304 output rows: Q4_0 and Q4_K weights go to the repacked (interleaved) layout on AVX2
+# (Q4_K: the small-batch kernel on block_q4_Kx8 from 2 rows, the one-row gemv at 1);
+# 307 rows (3 more tokens): they stay in the plain layout. 1024 wide: 4 super-blocks a row.
+CASES = [(t, 0, N_EMBD) for t in NMSE] + [(QT.Q4_0, 3, N_EMBD), (QT.Q4_K, 3, N_EMBD), (QT.Q4_K, 0, 1024), (QT.Q5_K, 0, 1024)]
 
 
-@pytest.mark.parametrize(("qtype", "n_vocab_extra"), CASES, ids=[f"{t.name}-{304 + e}rows" for t, e in CASES])
-def test_matmul_agrees_with_float64_and_rows_do_not_depend_on_the_batch(tmp_path, qtype, n_vocab_extra):
-    path, embd, wdeq = _matmul_model(tmp_path / f"mm-{qtype.name}.gguf", qtype, n_vocab_extra)
+@pytest.mark.parametrize(
+    ("qtype", "n_vocab_extra", "n_embd"), CASES, ids=[f"{t.name}-{304 + e}rows-{k}wide" for t, e, k in CASES]
+)
+def test_matmul_agrees_with_float64_and_rows_do_not_depend_on_the_batch(tmp_path, qtype, n_vocab_extra, n_embd):
+    path, embd, wdeq = _matmul_model(tmp_path / f"mm-{qtype.name}.gguf", qtype, n_vocab_extra, n_embd)
     toks = [3, 77, 150, 201, 255, 12, 99, 180]
     x = embd[toks].astype(np.float64)
     x = x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + 1e-6)
@@ -157,6 +162,7 @@ MODEL_TYPES = {
     "Q4_0": {"Q4_0"},
     "Q5_0": {"Q5_0"},
     "Q4_K_M": {"Q4_K", "Q6_K"},
+    "Q5_K_M": {"Q5_K", "Q6_K"},
     "Q6_K": {"Q6_K"},
 }
 

@@ -99,6 +99,10 @@ def model_paths(types: list[str], work: Path) -> dict[str, str]:
     src = default_model.assembled("F16")
     out = {}
     for t in types:
+        name, sep, file = t.partition("=")
+        if sep:  # NAME=FILE.gguf: a model file as it is (e.g. the 1.5B echo fixture)
+            out[name] = str(Path(file).expanduser())
+            continue
         if t == "F16":
             out[t] = str(src)
             continue
@@ -161,7 +165,7 @@ def main() -> None:
         metavar="NAME=LIB",
         help="another libpymtp.so timed in the same run (repeatable), e.g. an earlier patch",
     )
-    ap.add_argument("--types", default="F16,Q8_0,Q4_K_M")
+    ap.add_argument("--types", default="F16,Q8_0,Q4_K_M", help="default model types, or NAME=FILE.gguf")
     ap.add_argument("--positions", default="100,2000")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--threads", type=int, default=None, help="decode threads (default: pymtp's)")
@@ -176,11 +180,11 @@ def main() -> None:
     if not a.stock or not a.patched:
         ap.error("--stock and --patched are required")
 
-    types = a.types.split(",")
+    types = [t.partition("=")[0] for t in a.types.split(",")]
     positions = [int(p) for p in a.positions.split(",")]
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    paths = model_paths(types, work)
+    paths = model_paths(a.types.split(","), work)
     libs = {"stock": a.stock, "patched": a.patched}
     for spec in a.also:
         name, sep, lib = spec.partition("=")
