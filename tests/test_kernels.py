@@ -155,6 +155,21 @@ def test_matmul_agrees_with_float64_and_rows_do_not_depend_on_the_batch(tmp_path
         np.testing.assert_array_equal(rows[n], rows[8][:n], err_msg=f"rows of a {n}-row decode vs 8 rows")
 
 
+def test_repacked_q4_K_rows_equal_the_one_row_gemv(tmp_path):
+    """Repacked Q4_K (block_q4_Kx8): batches of 1-8 rows run the small-batch kernel; above 8,
+    llama.cpp's own code runs its 4-row gemm and its one-row gemv for the rows left over (the
+    9th-11th of 11). Those rows must equal the rows decoded alone: the kernel has the gemv's bits."""
+    path, _, _ = _matmul_model(tmp_path / "mm-Q4_K-wide.gguf", QT.Q4_K, 0, 1024)
+    toks = [3, 77, 150, 201, 255, 12, 99, 180, 41, 230, 7]
+    with pymtp.load(path, n_ctx=64) as model, pymtp.TargetContext(model, n_ctx=64, n_batch=16) as ctx:
+        ctx.decode(toks, 0, output=np.ones(len(toks), dtype=np.uint8))
+        batch = ctx.logits()[: len(toks)].copy()
+        for i in range(8, len(toks)):
+            ctx.seq_rm(0)
+            ctx.decode([toks[i]], 0, output=np.ones(1, dtype=np.uint8))
+            np.testing.assert_array_equal(ctx.logits()[0], batch[i], err_msg=f"row {i} (gemv) against the row alone")
+
+
 #: whole models quantized by llama.cpp: (file type, the weight types it must contain)
 MODEL_TYPES = {
     "F16": {"F16"},
