@@ -122,13 +122,27 @@ def _matmul_model(path, qtype: QT, n_vocab_extra: int, n_embd: int = N_EMBD, see
 #: for quantized products): F32 weights meet F32 activations; F16 weights meet F32 activations
 #: in the x86 kernels and F16 ones in the vec_dot of other CPUs (~1e-7); the others meet
 #: activations quantized to 8 bits (Q8_0 or Q8_K)
-NMSE = {QT.F32: 1e-10, QT.F16: 1e-6, QT.Q8_0: 5e-4, QT.Q4_0: 5e-4, QT.Q5_0: 5e-4, QT.Q4_K: 5e-4, QT.Q5_K: 5e-4, QT.Q6_K: 5e-4}
+NMSE = {
+    QT.F32: 1e-10,
+    QT.F16: 1e-6,
+    QT.Q8_0: 5e-4,
+    QT.Q4_0: 5e-4,
+    QT.Q5_0: 5e-4,
+    QT.Q4_K: 5e-4,
+    QT.Q5_K: 5e-4,
+    QT.Q6_K: 5e-4,
+}
 
 
 # 304 output rows: Q4_0 and Q4_K weights go to the repacked (interleaved) layout on AVX2
-# (Q4_K: the small-batch kernel on block_q4_Kx8 from 2 rows, the one-row gemv at 1);
+# (Q4_K: the small-batch kernel on block_q4_Kx8 for 1-8 rows);
 # 307 rows (3 more tokens): they stay in the plain layout. 1024 wide: 4 super-blocks a row.
-CASES = [(t, 0, N_EMBD) for t in NMSE] + [(QT.Q4_0, 3, N_EMBD), (QT.Q4_K, 3, N_EMBD), (QT.Q4_K, 0, 1024), (QT.Q5_K, 0, 1024)]
+CASES = [(t, 0, N_EMBD) for t in NMSE] + [
+    (QT.Q4_0, 3, N_EMBD),
+    (QT.Q4_K, 3, N_EMBD),
+    (QT.Q4_K, 0, 1024),
+    (QT.Q5_K, 0, 1024),
+]
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,9 @@
         --patched build-k1/libpymtp.so [--types F16,Q8_0,Q4_K_M] [--positions 100,2000]
         [--repeats 15] [--out build/batch_cost.json] [--also NAME=LIB ...]
 
+--types takes the default model's types or NAME=FILE.gguf for a model file as it is (the 1.5B
+echo fixture: echo80=~/.cache/pymtp/echo/echo-a80-1.5b-q4_k_m-*.gguf).
+
 c(n) is one target decode of n rows (logits for every row, as a verification step) after
 `position` tokens of context; c(n)/c(1) for n = 1..8. Each library runs in a worker process
 of its own (PYMTP_LIBRARY), holding every model and context ready; the parent asks for one
