@@ -249,6 +249,55 @@ def test_a_batch_pays_the_rows_it_adds():
     assert cost[2] == pytest.approx(c.verify(11, 10) + 2 * c.c_draft) and gain[0] == 9.0
 
 
+def run_with_cut(policy, kept, accept, steps, t_decode=0.0):
+    """Drive a policy whose drafter ends a draft where the confidence cut drops a token: under a
+    cut (policy.p_min > 0) each position is kept with probability `kept` and a kept token is
+    accepted with probability `accept`; a probe (no cut) drafts every position, accepted with
+    probability kept * accept. Each head decode (the dropped token's included) takes t_decode."""
+    rng = random.Random(1)
+    ks = []
+    for _ in range(steps):
+        k = policy.next_length(100)
+        cut = policy.p_min > 0
+        n = 0
+        while n < k and (not cut or rng.random() < kept):
+            n += 1
+        p_acc = accept if cut else kept * accept
+        n_acc = 0
+        while n_acc < n and rng.random() < p_acc:
+            n_acc += 1
+        decodes = min(k, n + 1) if k else 0
+        policy.update(n, n_acc, t_decode * decodes, MID[n + 1])
+        ks.append(k)
+    return ks
+
+
+def test_drafts_the_cut_drops_count_against_drafting():
+    """A head whose confident tokens are accepted (90%) but which the cut lets through only 30%
+    of the time: a one-token draft then yields 0.27 tokens and pays a head decode every step and
+    a verify row 30% of the time, which loses to plain steps. The estimate counted drafted tokens
+    only (0.9 accepted): drafting seemed to win, and every dropped draft paid a decode for
+    nothing. Where the cut keeps most tokens (90%), drafting still wins."""
+    losing = auto(costs=CostModel.table(MID, 0.25))
+    ks = run_with_cut(losing, kept=0.3, accept=0.9, steps=300)
+    assert ks[50:].count(0) >= 0.8 * 250, ks
+    winning = auto(costs=CostModel.table(MID, 0.25))
+    ks = run_with_cut(winning, kept=0.9, accept=0.9, steps=300)
+    assert ks[50:].count(0) <= 0.1 * 250 and sum(ks[50:]) >= 250, ks
+
+
+def test_a_draft_token_is_timed_per_head_decode():
+    """The cut drops the second of two drafted tokens in every step: the head decoded two
+    positions (0.05 s each), one token was kept. Counting kept tokens only, a draft token seemed
+    to cost twice its 0.05 s."""
+    p = AutoPolicy(SpecConfig(policy="auto", n_draft=2), 2, costs=CostModel(CHEAP, 0.05))
+    for _ in range(60):
+        k = p.next_length(100)
+        n = min(k, 1)
+        p.update(n, n, 0.05 * (min(k, n + 1) if k else 0), CHEAP[n + 1])
+    assert p.costs.draft_cost() == pytest.approx(0.05, rel=0.1)
+
+
 def test_trace_predicted_and_measured():
     p = auto()
     p.next_length(0)

@@ -68,13 +68,14 @@ class Acceptance:
 
     # (plain lists: K is small and the policy runs every step)
 
-    def __init__(self, n: int, window: int) -> None:
+    def __init__(self, n: int, window: int, prior: float = PRIOR_RATE) -> None:
         self.reached = [0.0] * n
         self.accepted = [0.0] * n
+        self.prior = prior
         self._decay = 1.0 - 1.0 / window
 
     def rates(self) -> list[float]:
-        out, prev = [], PRIOR_RATE
+        out, prev = [], self.prior
         for a, r in zip(self.accepted, self.reached):
             prev = (a + prev) / (r + 1.0)
             out.append(prev)
@@ -87,9 +88,13 @@ class Acceptance:
 
     def update(self, n_drafted: int, n_accepted: int) -> None:
         checked = min(n_drafted, n_accepted + 1)  # tokens past the first rejection go unchecked
+        self.count(checked, n_accepted)
+
+    def count(self, n_reached: int, n_passed: int) -> None:
+        """The first n_reached positions were tried, the first n_passed of them passed."""
         d = self._decay
-        self.reached = [x * d + (i < checked) for i, x in enumerate(self.reached)]
-        self.accepted = [x * d + (i < n_accepted) for i, x in enumerate(self.accepted)]
+        self.reached = [x * d + (i < n_reached) for i, x in enumerate(self.reached)]
+        self.accepted = [x * d + (i < n_passed) for i, x in enumerate(self.accepted)]
 
 
 @dataclass
@@ -102,7 +107,9 @@ class ProbeClock:
     gap: float = PROBE_FIRST
 
 
-_CARRIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {key: (Acceptance, ProbeClock)}
+_CARRIED: weakref.WeakKeyDictionary = (
+    weakref.WeakKeyDictionary()
+)  # model -> {key: (Acceptance, Acceptance, ProbeClock)}
 _CARRIED_LOCK = threading.Lock()
 #: A new generation starts from the last generation's estimates on the model, worth at most this
 #: many windows of evidence (a new text shows itself within a few steps; halving them instead
@@ -111,25 +118,25 @@ _CARRIED_LOCK = threading.Lock()
 CARRY = 0.5
 
 
-def _carried(model, key, window: int) -> tuple[Acceptance, ProbeClock]:
-    """A new policy's acceptance estimates and probe clock: the last ones of this model and
-    drafter (the evidence capped at CARRY windows), else the prior; the new policy's become the
-    model's last."""
-    acc, clock = Acceptance(key[1], window), ProbeClock()
+def _carried(model, key, window: int) -> tuple[Acceptance, Acceptance, ProbeClock]:
+    """A new policy's acceptance and keep-rate estimates and probe clock: the last ones of this
+    model and drafter (the evidence capped at CARRY windows), else the priors; the new policy's
+    become the model's last."""
+    acc, keep, clock = Acceptance(key[1], window), Acceptance(key[1], window, prior=1.0), ProbeClock()
     if model is None:
-        return acc, clock
+        return acc, keep, clock
     with _CARRIED_LOCK:
         per_model = _CARRIED.setdefault(model, {})
         last = per_model.get(key)
         if last is not None:
-            last_acc, last_clock = last
-            most = max(last_acc.reached, default=0.0)
-            f = min(1.0, CARRY * window / most) if most > 0 else 1.0
-            acc.reached = [x * f for x in last_acc.reached]
-            acc.accepted = [x * f for x in last_acc.accepted]
-            clock = ProbeClock(last_clock.plain_run, last_clock.gap)
-        per_model[key] = (acc, clock)
-    return acc, clock
+            for new, old in zip((acc, keep), last[:2]):
+                most = max(old.reached, default=0.0)
+                f = min(1.0, CARRY * window / most) if most > 0 else 1.0
+                new.reached = [x * f for x in old.reached]
+                new.accepted = [x * f for x in old.accepted]
+            clock = ProbeClock(last[2].plain_run, last[2].gap)
+        per_model[key] = (acc, keep, clock)
+    return acc, keep, clock
 
 
 # ---- the auto policy ------------------------------------------------------------------------------
@@ -177,7 +184,13 @@ class AutoPolicy:
         self._max_rows = max_rows or self.n_max + 1
         self._n_threads = n_threads  # the target's: costs are calibrated per thread count
         self.shared = shared
-        self.acceptance, self.probes = _carried(model, (config.drafter, self.n_max, mode), config.adaptive_window)
+        # acceptance: of a drafted token, per position; kept: how often the head's token passes
+        # the confidence cut, per position (a token the cut drops ends the draft: its head
+        # decode is paid, its verify row is not)
+        self.acceptance, self.kept, self.probes = _carried(
+            model, (config.drafter, self.n_max, mode), config.adaptive_window
+        )
+        self.asked = 0  # the draft length of this step, as the speculator bounded it
         self._retime = 0  # a draft length to draft again, to time it without the head's catch-up
         self._retiming = False
         self._stretch_run = 0  # steps since the last draft of one token more than the best
@@ -205,20 +218,37 @@ class AutoPolicy:
         return self.costs.verify(int(k) + 1, self._pos)
 
     def expected(
-        self, n_past: int = 0, rows_before: int = 0, tokens_before: float = 0.0
+        self, n_past: int = 0, rows_before: int = 0, tokens_before: float = 0.0, *, cut: bool = True
     ) -> tuple[list[float], list[float]]:
         """E[tokens](k) and cost(k) for k = 0..K at position n_past, of the whole verify: beside
-        rows_before rows of other sequences, which yield tokens_before tokens (in a Batch)."""
+        rows_before rows of other sequences, which yield tokens_before tokens (in a Batch).
+
+        cut: under the confidence cut, whose drops end a draft: position j is decoded by the head
+        when every earlier one was kept, verified when it is kept too, and yields a token when
+        it is also accepted (the acceptance counts drafted tokens only, so without the keep rate
+        a head whose confident tokens are accepted looked good while the cut dropped most of its
+        drafts and each drop paid a head decode for nothing)."""
         rates = self.acceptance.rates()
+        keep = self.kept.rates() if cut else [1.0] * self.n_max
         self.last_rates = rates
         c = self.costs
         c_draft, o_plain, o_draft = c.draft_cost(self.mode), c.overhead(False, self.mode), c.overhead(True, self.mode)
-        gain, cost, reach = [tokens_before + 1.0], [c.verify(rows_before + 1, n_past) + o_plain], 1.0
-        for k in range(1, self.n_max + 1):
-            reach *= rates[k - 1]
+        gain, cost = [tokens_before + 1.0], [c.verify(rows_before + 1, n_past) + o_plain]
+        reach, kept, rows, decodes = 1.0, 1.0, 0.0, 0.0
+        for j in range(self.n_max):
+            decodes += kept
+            kept *= keep[j]
+            rows += kept
+            reach *= rates[j] * keep[j]
             gain.append(gain[-1] + reach)
-            cost.append(c.verify(rows_before + k + 1, n_past) + k * c_draft + o_draft)
+            cost.append(self._verify(rows_before + 1 + rows, n_past) + decodes * c_draft + o_draft)
         return gain, [max(x, 1e-12) for x in cost]
+
+    def _verify(self, rows: float, n_past: int) -> float:
+        """A verify's seconds for an expected (fractional) row count: between the whole ones."""
+        c, lo = self.costs, int(rows)
+        v, f = c.verify(lo, n_past), rows - lo
+        return v + f * (c.verify(lo + 1, n_past) - v) if f > 1e-9 else v
 
     def next_length(self, n_past: int = 0, rows_before: int = 0, tokens_before: float = 0.0) -> int:
         """The draft length of the next step at position n_past (in a Batch: beside rows_before
@@ -262,7 +292,11 @@ class AutoPolicy:
         self._retime = 0
         if self.config.p_min == 0.0:
             self.p_min = self._cut(k, probe, tps, cost)
-        self.trace.append(Choice(k, probe, float(tps[k]), gain[k] - tokens_before))
+        tokens = gain[k] - tokens_before
+        if probe and self.p_min == 0.0:  # (no cut drops a probe's tokens)
+            tokens = self.expected(n_past, rows_before, tokens_before, cut=False)[0][k] - tokens_before
+        self.asked = k
+        self.trace.append(Choice(k, probe, float(tps[k]), tokens))
         self._t_chosen = time.perf_counter()
         return k
 
@@ -277,6 +311,11 @@ class AutoPolicy:
         row = c.verify(b + k + 1, self._pos) - c.verify(b + k, self._pos)
         return min(P_MIN_CAP, max(0.0, tps[k] * row))
 
+    def head_decodes(self, n_drafted: int) -> int:
+        """Draft positions the head decoded this step: each token drafted and, where the draft
+        ended short of the length asked (a cut), the one dropped."""
+        return min(self.asked, n_drafted + 1) if self.asked > 0 else n_drafted
+
     def update(self, n_drafted: int, n_accepted: int, t_draft: float = 0.0, t_verify: float = 0.0) -> None:
         choice = self.trace[-1] if self.trace else None
         step = time.perf_counter() - self._t_chosen if choice is not None else t_draft + t_verify
@@ -284,22 +323,28 @@ class AutoPolicy:
             choice_tps = (n_accepted + 1) / step
             if choice is not None:
                 choice.measured_tps = choice_tps
+        decodes = self.head_decodes(n_drafted)
         if not self.shared:
             rows = n_drafted + 1
             self.costs.observe_verify(rows, self._pos, t_verify)
             if choice is not None and len(self.trace) > 1:
                 # (not the first step: it also pays one-off set-up; a preempted step is capped)
                 self.costs.observe_overhead(
-                    n_drafted > 0, min(step - t_draft - t_verify, 2 * (t_draft + t_verify)), self.mode
+                    decodes > 0, min(step - t_draft - t_verify, 2 * (t_draft + t_verify)), self.mode
                 )
-            # a draft after plain steps (or the first) also feeds the head the tokens it missed
-            if n_drafted and self._drafted_last and self._drafted_once:
-                self.costs.observe_draft(n_drafted, t_draft, self.mode)
-        if n_drafted:
+            # a draft after plain steps (or the first) also feeds the head the tokens it missed;
+            # the time is per head decode (a token the cut dropped was decoded too: counting
+            # only the kept ones made a draft token seem 2-3x dearer than it is)
+            if decodes and self._drafted_last and self._drafted_once:
+                self.costs.observe_draft(decodes, t_draft, self.mode)
+        if decodes and self.p_min > 0.0:
+            self.kept.count(decodes, n_drafted)
+        if decodes:
             if self.catching_up and self.costs.draft_timings(self.mode) < RETIME_UNTIL:
-                self._retime = n_drafted
+                self._retime = decodes
             self._drafted_once = True
-            self.acceptance.update(n_drafted, n_accepted)
+            if n_drafted:
+                self.acceptance.update(n_drafted, n_accepted)
             if choice is not None and choice.probe and not self._retiming:
                 # A probe that did better than expected: the text may have changed, so the
                 # older evidence counts half and the next probe comes sooner. Otherwise back off.
@@ -311,7 +356,9 @@ class AutoPolicy:
             elif choice is not None and not choice.probe:
                 self.probes.gap = PROBE_FIRST
             self.probes.plain_run = 0
-        self._drafted_last = n_drafted > 0
+        # (the head consumed its queue of missed tokens when it decoded, kept tokens or not)
+        self._drafted_last = decodes > 0
+        self.asked = 0
 
     @property
     def catching_up(self) -> bool:
@@ -385,6 +432,7 @@ class DraftPolicy:
 
     _PRIOR_RATE = 0.6
     _PRIOR_SLOPE = 0.1
+    asked = 0  # (set by the speculator, read by AutoPolicy only)
 
     def __init__(self, config: SpecConfig, n_max: int) -> None:
         self.config = config
