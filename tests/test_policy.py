@@ -250,24 +250,23 @@ def test_a_batch_pays_the_rows_it_adds():
 
 
 def run_with_cut(policy, kept, accept, steps, t_decode=0.0):
-    """Drive a policy whose drafter ends a draft where the confidence cut drops a token: under a
-    cut (policy.p_min > 0) each position is kept with probability `kept` and a kept token is
-    accepted with probability `accept`; a probe (no cut) drafts every position, accepted with
-    probability kept * accept. Each head decode (the dropped token's included) takes t_decode."""
+    """Drive a policy whose drafter ends a draft where the confidence cut drops a token. The head
+    is confident (probability 0.99) of a position with probability kept(step), unsure (0.01)
+    otherwise; a confident token is accepted with probability `accept`, an unsure one with 0.1.
+    Under a cut (policy.p_min > 0) the draft ends at the first unsure token; a probe (no cut)
+    drafts every position and reports the confidences. Each head decode (the dropped token's
+    included) takes t_decode seconds."""
     rng = random.Random(1)
     ks = []
-    for _ in range(steps):
+    for step in range(steps):
         k = policy.next_length(100)
-        cut = policy.p_min > 0
-        n = 0
-        while n < k and (not cut or rng.random() < kept):
-            n += 1
-        p_acc = accept if cut else kept * accept
+        conf = [0.99 if rng.random() < kept(step) else 0.01 for _ in range(k)]
+        n = next((i for i, c in enumerate(conf) if c < policy.p_min), k)
         n_acc = 0
-        while n_acc < n and rng.random() < p_acc:
+        while n_acc < n and rng.random() < (accept if conf[n_acc] > 0.5 else 0.1):
             n_acc += 1
-        decodes = min(k, n + 1) if k else 0
-        policy.update(n, n_acc, t_decode * decodes, MID[n + 1])
+        decodes = min(k, n + 1)
+        policy.update(n, n_acc, t_decode * decodes, MID[n + 1], confidence=conf[:n])
         ks.append(k)
     return ks
 
@@ -279,11 +278,22 @@ def test_drafts_the_cut_drops_count_against_drafting():
     only (0.9 accepted): drafting seemed to win, and every dropped draft paid a decode for
     nothing. Where the cut keeps most tokens (90%), drafting still wins."""
     losing = auto(costs=CostModel.table(MID, 0.25))
-    ks = run_with_cut(losing, kept=0.3, accept=0.9, steps=300)
+    ks = run_with_cut(losing, lambda step: 0.3, accept=0.9, steps=300)
     assert ks[50:].count(0) >= 0.8 * 250, ks
     winning = auto(costs=CostModel.table(MID, 0.25))
-    ks = run_with_cut(winning, kept=0.9, accept=0.9, steps=300)
+    ks = run_with_cut(winning, lambda step: 0.9, accept=0.9, steps=300)
     assert ks[50:].count(0) <= 0.1 * 250 and sum(ks[50:]) >= 250, ks
+
+
+def test_probes_find_that_the_cut_keeps_tokens_again():
+    """The head is unsure of most tokens for 200 steps (the cut keeps 20%: plain steps win), then
+    sure of nearly all. Only probes draft meanwhile, and they draft without a cut: the keep rate
+    learns from what the cut would have kept of them, so drafting resumes. (Learned from cut
+    drafts alone, the keep rate stayed at its low for good.)"""
+    p = auto(costs=CostModel.table(MID, 0.25))
+    ks = run_with_cut(p, lambda step: 0.2 if step < 200 else 0.97, accept=0.9, steps=500)
+    assert ks[100:200].count(0) >= 80, ks
+    assert ks[-100:].count(0) <= 10, ks
 
 
 def test_a_draft_token_is_timed_per_head_decode():

@@ -51,11 +51,12 @@ class Tracer:
         def update(policy, n_drafted, n_accepted, t_draft=0.0, t_verify=0.0, confidence=None):
             d = dict(getattr(policy, "_traced", {}))
             d.update(nd=n_drafted, na=n_accepted, t_draft=t_draft, t_verify=t_verify, cut=policy.p_min)
+            d["asked"] = policy.asked  # (the speculator's bound of k)
+            d["kept"] = policy.kept.rates()
             d["t_step"] = time.perf_counter() - policy._t_chosen
             d["conf"] = list(confidence or ())
             tracer.steps.append(d)
-            more = () if confidence is None else (confidence,)  # (a policy that learns from them)
-            return tracer._update(policy, n_drafted, n_accepted, t_draft, t_verify, *more)
+            return tracer._update(policy, n_drafted, n_accepted, t_draft, t_verify, confidence=confidence)
 
         AutoPolicy.next_length, AutoPolicy.update = next_length, update  # type: ignore[method-assign]
         return self
@@ -71,7 +72,8 @@ def show(steps: list[dict]) -> None:
             f"predicted {d['cost'] * 1e3:6.2f} ms (verify {d['verify'] * 1e3:5.2f}, draft/token "
             f"{d['draft'] * 1e3:4.2f})  measured {d['t_step'] * 1e3:6.2f} ms (verify {d['t_verify'] * 1e3:5.2f}, "
             f"draft {d['t_draft'] * 1e3:5.2f})  tok/s by k {[round(x) for x in d['tps']]}  "
-            f"acceptance {[round(r, 2) for r in d['rates']]} cut {d['cut']:.2f}"
+            f"acceptance {[round(r, 2) for r in d['rates']]} kept {[round(r, 2) for r in d['kept']]} "
+            f"cut {d['cut']:.2f}"
         )
 
 

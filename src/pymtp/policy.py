@@ -191,6 +191,7 @@ class AutoPolicy:
             model, (config.drafter, self.n_max, mode), config.adaptive_window
         )
         self.asked = 0  # the draft length of this step, as the speculator bounded it
+        self._probe_cut = 0.0  # the cut a probe would have had (it drafts without one)
         self._retime = 0  # a draft length to draft again, to time it without the head's catch-up
         self._retiming = False
         self._stretch_run = 0  # steps since the last draft of one token more than the best
@@ -293,8 +294,10 @@ class AutoPolicy:
         if self.config.p_min == 0.0:
             self.p_min = self._cut(k, probe, tps, cost)
         tokens = gain[k] - tokens_before
-        if probe and self.p_min == 0.0:  # (no cut drops a probe's tokens)
+        self._probe_cut = 0.0
+        if probe and self.p_min == 0.0:  # (no cut drops a probe's tokens: the cut it would have had)
             tokens = self.expected(n_past, rows_before, tokens_before, cut=False)[0][k] - tokens_before
+            self._probe_cut = self._cut(k, False, tps, cost) if self.config.p_min == 0.0 else 0.0
         self.asked = k
         self.trace.append(Choice(k, probe, float(tps[k]), tokens))
         self._t_chosen = time.perf_counter()
@@ -316,7 +319,16 @@ class AutoPolicy:
         ended short of the length asked (a cut), the one dropped."""
         return min(self.asked, n_drafted + 1) if self.asked > 0 else n_drafted
 
-    def update(self, n_drafted: int, n_accepted: int, t_draft: float = 0.0, t_verify: float = 0.0) -> None:
+    def update(
+        self,
+        n_drafted: int,
+        n_accepted: int,
+        t_draft: float = 0.0,
+        t_verify: float = 0.0,
+        confidence: list[float] | None = None,
+    ) -> None:
+        """After a step: n_drafted tokens drafted (of the `asked`), n_accepted accepted, the
+        seconds drafting and verifying, and the head's probability of each drafted token."""
         choice = self.trace[-1] if self.trace else None
         step = time.perf_counter() - self._t_chosen if choice is not None else t_draft + t_verify
         if step > 0:
@@ -337,14 +349,23 @@ class AutoPolicy:
             # only the kept ones made a draft token seem 2-3x dearer than it is)
             if decodes and self._drafted_last and self._drafted_once:
                 self.costs.observe_draft(decodes, t_draft, self.mode)
+        n_checked, n_passed = n_drafted, n_accepted  # (what the acceptance learns from)
         if decodes and self.p_min > 0.0:
             self.kept.count(decodes, n_drafted)
+        elif decodes and self._probe_cut > 0.0 and confidence is not None:
+            # A probe drafts without a cut: what the cut would have kept of it keeps the keep
+            # rate current (after a stretch of dropped drafts, plain steps won and only probes
+            # draft: their tokens alone would never show that the cut keeps tokens again), and
+            # only those tokens teach the acceptance of kept tokens.
+            would = next((i for i, p in enumerate(confidence[:n_drafted]) if p < self._probe_cut), n_drafted)
+            self.kept.count(min(would + 1, n_drafted), would)
+            n_checked, n_passed = would, min(n_accepted, would)
         if decodes:
             if self.catching_up and self.costs.draft_timings(self.mode) < RETIME_UNTIL:
                 self._retime = decodes
             self._drafted_once = True
-            if n_drafted:
-                self.acceptance.update(n_drafted, n_accepted)
+            if n_checked:
+                self.acceptance.update(n_checked, n_passed)
             if choice is not None and choice.probe and not self._retiming:
                 # A probe that did better than expected: the text may have changed, so the
                 # older evidence counts half and the next probe comes sooner. Otherwise back off.
@@ -484,7 +505,9 @@ class DraftPolicy:
             k = max(0, k - c.cooldown)
         return k
 
-    def update(self, n_drafted: int, n_accepted: int, t_draft: float = 0.0, t_verify: float = 0.0) -> None:
+    def update(
+        self, n_drafted: int, n_accepted: int, t_draft: float = 0.0, t_verify: float = 0.0, confidence=None
+    ) -> None:
         if n_drafted == 0:
             return
         if n_accepted == 0 and self.config.cooldown > 0:

@@ -388,7 +388,7 @@ class MTPSpeculator:
         self.n_past = n_past + n_acc + 1
         # POLICY
         if policy is not None:
-            policy.update(len(drafted), n_acc, t_draft, t_verify)
+            policy.update(len(drafted), n_acc, t_draft, t_verify, confidence=draft.confidence)
             self.stats.cooldown_steps = policy.cooldown_steps_taken
             if policy.trace:
                 self.stats.record_choice(policy.trace[-1])
