@@ -249,13 +249,15 @@ def test_a_batch_pays_the_rows_it_adds():
     assert cost[2] == pytest.approx(c.verify(11, 10) + 2 * c.c_draft) and gain[0] == 9.0
 
 
-def run_with_cut(policy, kept, accept, steps, t_decode=0.0):
+def run_with_cut(policy, kept, accept, steps, t_decode=0.0, unsure_accept=0.1, emitted=None):
     """Drive a policy whose drafter ends a draft where the confidence cut drops a token. The head
     is confident (probability 0.99) of a position with probability kept(step), unsure (0.01)
-    otherwise; a confident token is accepted with probability `accept`, an unsure one with 0.1.
+    otherwise; a confident token is accepted with probability `accept`, an unsure one with
+    `unsure_accept`.
     Under a cut (policy.p_min > 0) the draft ends at the first unsure token; a probe (no cut)
     drafts every position and reports the confidences. Each head decode (the dropped token's
-    included) takes t_decode seconds."""
+    included) takes t_decode seconds. Returns the lengths chosen (emitted: gets each step's
+    tokens)."""
     rng = random.Random(1)
     ks = []
     for step in range(steps):
@@ -263,11 +265,13 @@ def run_with_cut(policy, kept, accept, steps, t_decode=0.0):
         conf = [0.99 if rng.random() < kept(step) else 0.01 for _ in range(k)]
         n = next((i for i, c in enumerate(conf) if c < policy.p_min), k)
         n_acc = 0
-        while n_acc < n and rng.random() < (accept if conf[n_acc] > 0.5 else 0.1):
+        while n_acc < n and rng.random() < (accept if conf[n_acc] > 0.5 else unsure_accept):
             n_acc += 1
         decodes = min(k, n + 1)
         policy.update(n, n_acc, t_decode * decodes, MID[n + 1], confidence=conf[:n])
         ks.append(k)
+        if emitted is not None:
+            emitted.append(n_acc + 1)
     return ks
 
 
@@ -294,6 +298,23 @@ def test_probes_find_that_the_cut_keeps_tokens_again():
     ks = run_with_cut(p, lambda step: 0.2 if step < 200 else 0.97, accept=0.9, steps=500)
     assert ks[100:200].count(0) >= 80, ks
     assert ks[-100:].count(0) <= 10, ks
+
+
+def test_a_head_that_understates_drafts_without_the_cut():
+    """The head's probability understates its tokens' chance (the deep variant's): the cut keeps
+    30% of them, yet those it would drop are accepted 85% of the time. Under the cut drafting
+    loses to plain steps; drafting every token wins, and the probes (drafts without a cut) show
+    it: the policy drafts long drafts without the cut, about 3.7 tokens a step. (With the cut
+    always on, about 1.4.) Where the doubted tokens are seldom accepted (10%), the cut stays."""
+    p = auto(costs=CostModel.table(MID, 0.05))
+    emitted: list[int] = []
+    ks = run_with_cut(p, lambda step: 0.3, accept=0.95, steps=300, unsure_accept=0.85, emitted=emitted)
+    assert sum(k >= 2 for k in ks[100:]) >= 0.9 * 200, ks
+    assert sum(emitted[100:]) / 200 > 3.0
+    assert not p.cutting and p.p_min == 0.0
+    q = auto(costs=CostModel.table(MID, 0.05))
+    run_with_cut(q, lambda step: 0.8, accept=0.95, steps=300, unsure_accept=0.1)
+    assert q.cutting and q.p_min > 0.0
 
 
 def test_a_draft_token_is_timed_per_head_decode():

@@ -58,6 +58,14 @@ RETIME_UNTIL = 3
 STRETCH_SEEN = 24
 #: The highest confidence cut auto sets (a head's top probability is seldom above it).
 P_MIN_CAP = 0.9
+#: Drafts go without the cut only when expected to earn this much more than under it (where the
+#: cut drops nothing the two estimates agree, and the cut still drops a token the head doubts).
+FREE_MARGIN = 1.02
+#: ... and only once this many drafts without a cut were checked (decayed; the prior alone is no
+#: evidence that they would earn more).
+FREE_EVIDENCE = 2.0
+#: Drafts without the cut checked (decayed) before those among drafts under it come less often.
+FREE_SEEN = 8.0
 # ---- acceptance -----------------------------------------------------------------------------------
 
 
@@ -74,8 +82,9 @@ class Acceptance:
         self.prior = prior
         self._decay = 1.0 - 1.0 / window
 
-    def rates(self) -> list[float]:
-        out, prev = [], self.prior
+    def rates(self, prior: float | None = None) -> list[float]:
+        """(prior: position 0's pseudo-count rate instead of self.prior)"""
+        out, prev = [], self.prior if prior is None else prior
         for a, r in zip(self.accepted, self.reached):
             prev = (a + prev) / (r + 1.0)
             out.append(prev)
@@ -107,9 +116,8 @@ class ProbeClock:
     gap: float = PROBE_FIRST
 
 
-_CARRIED: weakref.WeakKeyDictionary = (
-    weakref.WeakKeyDictionary()
-)  # model -> {key: (Acceptance, Acceptance, ProbeClock)}
+# model -> {key: (acceptance of kept tokens, of all tokens, keep rate, ProbeClock)}
+_CARRIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _CARRIED_LOCK = threading.Lock()
 #: A new generation starts from the last generation's estimates on the model, worth at most this
 #: many windows of evidence (a new text shows itself within a few steps; halving them instead
@@ -118,25 +126,27 @@ _CARRIED_LOCK = threading.Lock()
 CARRY = 0.5
 
 
-def _carried(model, key, window: int) -> tuple[Acceptance, Acceptance, ProbeClock]:
+def _carried(model, key, window: int) -> tuple[Acceptance, Acceptance, Acceptance, ProbeClock]:
     """A new policy's acceptance and keep-rate estimates and probe clock: the last ones of this
     model and drafter (the evidence capped at CARRY windows), else the priors; the new policy's
     become the model's last."""
-    acc, keep, clock = Acceptance(key[1], window), Acceptance(key[1], window, prior=1.0), ProbeClock()
+    n = key[1]
+    acc, acc_all, keep = Acceptance(n, window), Acceptance(n, window), Acceptance(n, window, prior=1.0)
+    clock = ProbeClock()
     if model is None:
-        return acc, keep, clock
+        return acc, acc_all, keep, clock
     with _CARRIED_LOCK:
         per_model = _CARRIED.setdefault(model, {})
         last = per_model.get(key)
         if last is not None:
-            for new, old in zip((acc, keep), last[:2]):
+            for new, old in zip((acc, acc_all, keep), last[:3]):
                 most = max(old.reached, default=0.0)
                 f = min(1.0, CARRY * window / most) if most > 0 else 1.0
                 new.reached = [x * f for x in old.reached]
                 new.accepted = [x * f for x in old.accepted]
-            clock = ProbeClock(last[2].plain_run, last[2].gap)
-        per_model[key] = (acc, keep, clock)
-    return acc, keep, clock
+            clock = ProbeClock(last[3].plain_run, last[3].gap)
+        per_model[key] = (acc, acc_all, keep, clock)
+    return acc, acc_all, keep, clock
 
 
 # ---- the auto policy ------------------------------------------------------------------------------
@@ -184,17 +194,20 @@ class AutoPolicy:
         self._max_rows = max_rows or self.n_max + 1
         self._n_threads = n_threads  # the target's: costs are calibrated per thread count
         self.shared = shared
-        # acceptance: of a drafted token, per position; kept: how often the head's token passes
-        # the confidence cut, per position (a token the cut drops ends the draft: its head
-        # decode is paid, its verify row is not)
-        self.acceptance, self.kept, self.probes = _carried(
+        # acceptance: of a token the confidence cut kept, per position; acceptance_all: of any
+        # drafted token (drafts without a cut); kept: how often the head's token passes the cut,
+        # per position (a token the cut drops ends the draft: its head decode is paid, its
+        # verify row is not)
+        self.acceptance, self.acceptance_all, self.kept, self.probes = _carried(
             model, (config.drafter, self.n_max, mode), config.adaptive_window
         )
         self.asked = 0  # the draft length of this step, as the speculator bounded it
-        self._probe_cut = 0.0  # the cut a probe would have had (it drafts without one)
+        self._ref_cut = 0.0  # the cut a draft without one would have had (what it would keep)
+        self.cutting = True  # whether the drafts are under the confidence cut (or all drafted)
         self._retime = 0  # a draft length to draft again, to time it without the head's catch-up
         self._retiming = False
         self._stretch_run = 0  # steps since the last draft of one token more than the best
+        self._free_run = 0  # drafts under the cut since the last one without it
         self._pos = 0
         self._rows_before = 0
         self._t_chosen = 0.0
@@ -230,6 +243,8 @@ class AutoPolicy:
         a head whose confident tokens are accepted looked good while the cut dropped most of its
         drafts and each drop paid a head decode for nothing)."""
         rates = self.acceptance.rates()
+        if not cut:  # (the acceptance of all tokens borrows that of kept ones as its prior)
+            rates = self.acceptance_all.rates(prior=rates[0])
         keep = self.kept.rates() if cut else [1.0] * self.n_max
         self.last_rates = rates
         c = self.costs
@@ -257,8 +272,19 @@ class AutoPolicy:
         self._pos, self._rows_before = n_past, rows_before
         gain, cost = self.expected(n_past, rows_before, tokens_before)
         tps = [g / c for g, c in zip(gain, cost)]
+        self.cutting = True
+        if self.config.p_min == 0.0 and self.acceptance_all.reached[0] >= FREE_EVIDENCE:
+            # Drafts under the cut, or every token drafted: whichever is expected to earn more
+            # (once drafts without a cut were seen: probes, the k + 1 drafts).
+            # (The cut takes the head's probability as a token's chance; a head that understates
+            # it, the deep variant's, had most good tokens dropped and its drafts lost to plain
+            # steps that drafts without a cut beat.)
+            gain_all, cost_all = self.expected(n_past, rows_before, tokens_before, cut=False)
+            tps_all = [g / c for g, c in zip(gain_all, cost_all)]
+            if max(tps_all[1:]) > FREE_MARGIN * max(tps[1:]):
+                gain, cost, tps, self.cutting = gain_all, cost_all, tps_all, False
         k = max(range(len(tps)), key=tps.__getitem__)
-        probe = self._retiming = False
+        probe = self._retiming = stretch = False
         if k == 0 and self._retime:
             # The last step drafted after plain steps: its draft time held the head's catch-up on
             # the tokens it missed, no measure of a draft token. Draft once more to time one.
@@ -289,26 +315,37 @@ class AutoPolicy:
             self._stretch_run += 1
             seen = self.costs.seen(self._rows_before + k + 2) >= STRETCH_SEEN
             if self._stretch_run >= (PROBE_MAX if seen else PROBE_FIRST):
-                k, self._stretch_run = k + 1, 0
+                # (without the cut: the acceptance of every token stays current too)
+                k, self._stretch_run, stretch = k + 1, 0, True
+        if k and not (probe or stretch) and self.cutting and self.config.p_min == 0.0:
+            # While drafts go under the cut, one without it now and then (backing off as for the
+            # k + 1 drafts), so that the acceptance of the tokens the cut drops is known: where it
+            # is high (a head that understates), drafts without the cut win.
+            self._free_run += 1
+            seen = self.acceptance_all.reached[0] >= FREE_SEEN
+            if self._free_run >= (PROBE_MAX if seen else PROBE_FIRST):
+                self._free_run, stretch = 0, True
         self._retime = 0
-        if self.config.p_min == 0.0:
-            self.p_min = self._cut(k, probe, tps, cost)
         tokens = gain[k] - tokens_before
-        self._probe_cut = 0.0
-        if probe and self.p_min == 0.0:  # (no cut drops a probe's tokens: the cut it would have had)
-            tokens = self.expected(n_past, rows_before, tokens_before, cut=False)[0][k] - tokens_before
-            self._probe_cut = self._cut(k, False, tps, cost) if self.config.p_min == 0.0 else 0.0
+        if self.config.p_min == 0.0:
+            # the cut this draft has, and the one it would have had (what a cut would keep of a
+            # draft without one teaches the keep rate)
+            self._ref_cut = self._cut(k, tps, cost)
+            free = probe or stretch or not self.cutting
+            self.p_min = 0.0 if free else self._ref_cut
+            if free and self.cutting:
+                tokens = self.expected(n_past, rows_before, tokens_before, cut=False)[0][k] - tokens_before
         self.asked = k
         self.trace.append(Choice(k, probe, float(tps[k]), tokens))
         self._t_chosen = time.perf_counter()
         return k
 
-    def _cut(self, k: int, probe: bool, tps: list[float], cost: list[float]) -> float:
+    def _cut(self, k: int, tps: list[float], cost: list[float]) -> float:
         """The confidence cut: when the head proposes a token (its draft decode done), keeping
         it costs its verify row; a token whose head probability (taken as its chance of
         acceptance) is below the tokens the step's rate earns in those seconds costs more than it
-        brings. Not for probes: they measure."""
-        if k == 0 or probe:
+        brings. (Probes, the k + 1 drafts and drafts where a cut loses draft without one.)"""
+        if k == 0:
             return 0.0
         c, b = self.costs, self._rows_before
         row = c.verify(b + k + 1, self._pos) - c.verify(b + k, self._pos)
@@ -349,28 +386,33 @@ class AutoPolicy:
             # only the kept ones made a draft token seem 2-3x dearer than it is)
             if decodes and self._drafted_last and self._drafted_once:
                 self.costs.observe_draft(decodes, t_draft, self.mode)
-        n_checked, n_passed = n_drafted, n_accepted  # (what the acceptance learns from)
         if decodes and self.p_min > 0.0:
             self.kept.count(decodes, n_drafted)
-        elif decodes and self._probe_cut > 0.0 and confidence is not None:
-            # A probe drafts without a cut: what the cut would have kept of it keeps the keep
-            # rate current (after a stretch of dropped drafts, plain steps won and only probes
-            # draft: their tokens alone would never show that the cut keeps tokens again), and
-            # only those tokens teach the acceptance of kept tokens.
-            would = next((i for i, p in enumerate(confidence[:n_drafted]) if p < self._probe_cut), n_drafted)
-            self.kept.count(min(would + 1, n_drafted), would)
-            n_checked, n_passed = would, min(n_accepted, would)
+            if n_drafted:
+                self.acceptance.update(n_drafted, n_accepted)
+        elif n_drafted:
+            # A draft without a cut (a probe, a k + 1 draft, or where the cut loses): every token
+            # teaches the acceptance of all tokens; what the cut would have kept of it, the keep
+            # rate and the acceptance of kept tokens (after a stretch of dropped drafts, plain
+            # steps won and only probes drafted: learned from cut drafts alone, the keep rate
+            # stayed low for good).
+            self.acceptance_all.update(n_drafted, n_accepted)
+            would = n_drafted
+            if self._ref_cut > 0.0 and confidence is not None:
+                would = next((i for i, p in enumerate(confidence[:n_drafted]) if p < self._ref_cut), n_drafted)
+                self.kept.count(min(would + 1, n_drafted), would)
+            if would:
+                self.acceptance.update(would, min(n_accepted, would))
         if decodes:
             if self.catching_up and self.costs.draft_timings(self.mode) < RETIME_UNTIL:
                 self._retime = decodes
             self._drafted_once = True
-            if n_checked:
-                self.acceptance.update(n_checked, n_passed)
             if choice is not None and choice.probe and not self._retiming:
                 # A probe that did better than expected: the text may have changed, so the
                 # older evidence counts half and the next probe comes sooner. Otherwise back off.
                 if n_accepted > choice.tokens - 1.0 + 0.5:
                     self.acceptance.discount(0.5)
+                    self.acceptance_all.discount(0.5)
                     self.probes.gap = max(PROBE_MIN, self.probes.gap // 2)
                 else:
                     self.probes.gap = min(PROBE_MAX, 2 * self.probes.gap)
