@@ -249,6 +249,86 @@ def test_a_batch_pays_the_rows_it_adds():
     assert cost[2] == pytest.approx(c.verify(11, 10) + 2 * c.c_draft) and gain[0] == 9.0
 
 
+def run_with_cut(policy, kept, accept, steps, t_decode=0.0, unsure_accept=0.1, emitted=None):
+    """Drive a policy whose drafter ends a draft where the confidence cut drops a token. The head
+    is confident (probability 0.99) of a position with probability kept(step), unsure (0.01)
+    otherwise; a confident token is accepted with probability `accept`, an unsure one with
+    `unsure_accept`.
+    Under a cut (policy.p_min > 0) the draft ends at the first unsure token; a probe (no cut)
+    drafts every position and reports the confidences. Each head decode (the dropped token's
+    included) takes t_decode seconds. Returns the lengths chosen (emitted: gets each step's
+    tokens)."""
+    rng = random.Random(1)
+    ks = []
+    for step in range(steps):
+        k = policy.next_length(100)
+        conf = [0.99 if rng.random() < kept(step) else 0.01 for _ in range(k)]
+        n = next((i for i, c in enumerate(conf) if c < policy.p_min), k)
+        n_acc = 0
+        while n_acc < n and rng.random() < (accept if conf[n_acc] > 0.5 else unsure_accept):
+            n_acc += 1
+        decodes = min(k, n + 1)
+        policy.update(n, n_acc, t_decode * decodes, MID[n + 1], confidence=conf[:n])
+        ks.append(k)
+        if emitted is not None:
+            emitted.append(n_acc + 1)
+    return ks
+
+
+def test_drafts_the_cut_drops_count_against_drafting():
+    """A head whose confident tokens are accepted (90%) but which the cut lets through only 30%
+    of the time: a one-token draft then yields 0.27 tokens and pays a head decode every step and
+    a verify row 30% of the time, which loses to plain steps. The estimate counted drafted tokens
+    only (0.9 accepted): drafting seemed to win, and every dropped draft paid a decode for
+    nothing. Where the cut keeps most tokens (90%), drafting still wins."""
+    losing = auto(costs=CostModel.table(MID, 0.25))
+    ks = run_with_cut(losing, lambda step: 0.3, accept=0.9, steps=300)
+    assert ks[50:].count(0) >= 0.8 * 250, ks
+    winning = auto(costs=CostModel.table(MID, 0.25))
+    ks = run_with_cut(winning, lambda step: 0.9, accept=0.9, steps=300)
+    assert ks[50:].count(0) <= 0.1 * 250 and sum(ks[50:]) >= 250, ks
+
+
+def test_probes_find_that_the_cut_keeps_tokens_again():
+    """The head is unsure of most tokens for 200 steps (the cut keeps 20%: plain steps win), then
+    sure of nearly all. Only probes draft meanwhile, and they draft without a cut: the keep rate
+    learns from what the cut would have kept of them, so drafting resumes. (Learned from cut
+    drafts alone, the keep rate stayed at its low for good.)"""
+    p = auto(costs=CostModel.table(MID, 0.25))
+    ks = run_with_cut(p, lambda step: 0.2 if step < 200 else 0.97, accept=0.9, steps=500)
+    assert ks[100:200].count(0) >= 80, ks
+    assert ks[-100:].count(0) <= 10, ks
+
+
+def test_a_head_that_understates_drafts_without_the_cut():
+    """The head's probability understates its tokens' chance (the deep variant's): the cut keeps
+    30% of them, yet those it would drop are accepted 85% of the time. Under the cut drafting
+    loses to plain steps; drafting every token wins, and the probes (drafts without a cut) show
+    it: the policy drafts long drafts without the cut, about 3.7 tokens a step. (With the cut
+    always on, about 1.4.) Where the doubted tokens are seldom accepted (10%), the cut stays."""
+    p = auto(costs=CostModel.table(MID, 0.05))
+    emitted: list[int] = []
+    ks = run_with_cut(p, lambda step: 0.3, accept=0.95, steps=300, unsure_accept=0.85, emitted=emitted)
+    assert sum(k >= 2 for k in ks[100:]) >= 0.9 * 200, ks
+    assert sum(emitted[100:]) / 200 > 3.0
+    assert not p.cutting and p.p_min == 0.0
+    q = auto(costs=CostModel.table(MID, 0.05))
+    run_with_cut(q, lambda step: 0.8, accept=0.95, steps=300, unsure_accept=0.1)
+    assert q.cutting and q.p_min > 0.0
+
+
+def test_a_draft_token_is_timed_per_head_decode():
+    """The cut drops the second of two drafted tokens in every step: the head decoded two
+    positions (0.05 s each), one token was kept. Counting kept tokens only, a draft token seemed
+    to cost twice its 0.05 s."""
+    p = AutoPolicy(SpecConfig(policy="auto", n_draft=2), 2, costs=CostModel(CHEAP, 0.05))
+    for _ in range(60):
+        k = p.next_length(100)
+        n = min(k, 1)
+        p.update(n, n, 0.05 * (min(k, n + 1) if k else 0), CHEAP[n + 1])
+    assert p.costs.draft_cost() == pytest.approx(0.05, rel=0.1)
+
+
 def test_trace_predicted_and_measured():
     p = auto()
     p.next_length(0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -93,7 +94,9 @@ def round_(
 
 
 def variant_args(name: str) -> list[str]:
-    """pymtp serve options of a --variants name."""
+    """pymtp serve options of a --variants name (a tree after '@' is where the server's pymtp
+    comes from: see variant_env)."""
+    name = name.partition("@")[0]
     if name == "auto":
         return ["--policy", "auto"]
     if name == "plain":
@@ -102,6 +105,17 @@ def variant_args(name: str) -> list[str]:
         k, _, p = name[1:].partition("-p")
         return ["--n-draft", k] + (["--p-min", p] if p else [])
     raise SystemExit(f"unknown variant {name!r}: auto, plain, kN or kN-pP")
+
+
+def variant_env(name: str) -> dict[str, str] | None:
+    """The environment of a --variants name's server: NAME@TREE runs TREE/src's pymtp (another
+    checkout, the same native library), so that two trees are compared in the same rounds."""
+    tree = name.partition("@")[2]
+    if not tree:
+        return None
+    if not (Path(tree) / "src" / "pymtp").is_dir():
+        raise SystemExit(f"{tree}/src/pymtp is missing (variant {name!r})")
+    return dict(os.environ, PYTHONPATH=str(Path(tree) / "src"))
 
 
 def main() -> None:
@@ -126,7 +140,8 @@ def main() -> None:
         metavar="NAMES",
         help="several pymtp servers, compared in the same rounds: auto (--policy auto), plain "
         "(--no-spec), kN (--n-draft N), kN-pP (--n-draft N --p-min P); e.g. auto,plain,k2,k2-p0.75 "
-        "(default: one pymtp server with pymtp's defaults and --p-min)",
+        "(default: one pymtp server with pymtp's defaults and --p-min); NAME@TREE: that server "
+        "runs the pymtp of the checkout TREE (e.g. auto@/work/main)",
     )
     args = ap.parse_args()
     path = str(pymtp.load(args.model, n_ctx=512).model.path)
@@ -164,6 +179,7 @@ def main() -> None:
                         "-q",
                         *extra,
                     ],
+                    env=variant_env(name),
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 ),

@@ -35,7 +35,8 @@ class Tracer:
 
         def next_length(policy, n_past=0, rows_before=0, tokens_before=0.0):
             k = tracer._next(policy, n_past, rows_before, tokens_before)
-            gain, cost = policy.expected(n_past, rows_before, tokens_before)
+            gain, cost = policy.expected(n_past, rows_before, tokens_before, cut=policy.cutting)
+            gain_other, cost_other = policy.expected(n_past, rows_before, tokens_before, cut=not policy.cutting)
             c = policy.costs
             policy._traced = dict(
                 k=k,
@@ -44,6 +45,9 @@ class Tracer:
                 verify=c.verify(rows_before + k + 1, n_past),
                 draft=c.draft_cost(policy.mode),
                 tps=[g / x for g, x in zip(gain, cost)],
+                tps_other=[g / x for g, x in zip(gain_other, cost_other)],
+                cutting=policy.cutting,
+                rates_all=policy.acceptance_all.rates(),
                 rates=policy.acceptance.rates(),
             )
             return k
@@ -51,11 +55,12 @@ class Tracer:
         def update(policy, n_drafted, n_accepted, t_draft=0.0, t_verify=0.0, confidence=None):
             d = dict(getattr(policy, "_traced", {}))
             d.update(nd=n_drafted, na=n_accepted, t_draft=t_draft, t_verify=t_verify, cut=policy.p_min)
+            d["asked"] = policy.asked  # (the speculator's bound of k)
+            d["kept"] = policy.kept.rates()
             d["t_step"] = time.perf_counter() - policy._t_chosen
             d["conf"] = list(confidence or ())
             tracer.steps.append(d)
-            more = () if confidence is None else (confidence,)  # (a policy that learns from them)
-            return tracer._update(policy, n_drafted, n_accepted, t_draft, t_verify, *more)
+            return tracer._update(policy, n_drafted, n_accepted, t_draft, t_verify, confidence=confidence)
 
         AutoPolicy.next_length, AutoPolicy.update = next_length, update  # type: ignore[method-assign]
         return self
@@ -70,8 +75,10 @@ def show(steps: list[dict]) -> None:
             f"{i:3d} k={d['k']}{'P' if d['probe'] else ' '} acc {d['na']}/{d['nd']}  "
             f"predicted {d['cost'] * 1e3:6.2f} ms (verify {d['verify'] * 1e3:5.2f}, draft/token "
             f"{d['draft'] * 1e3:4.2f})  measured {d['t_step'] * 1e3:6.2f} ms (verify {d['t_verify'] * 1e3:5.2f}, "
-            f"draft {d['t_draft'] * 1e3:5.2f})  tok/s by k {[round(x) for x in d['tps']]}  "
-            f"acceptance {[round(r, 2) for r in d['rates']]} cut {d['cut']:.2f}"
+            f"draft {d['t_draft'] * 1e3:5.2f})  tok/s by k {[round(x) for x in d['tps']]} "
+            f"({'under the cut' if d['cutting'] else 'no cut'}; the other: {[round(x) for x in d['tps_other']]})  "
+            f"acceptance {[round(r, 2) for r in d['rates']]} kept {[round(r, 2) for r in d['kept']]} "
+            f"of all (no cut) {[round(r, 2) for r in d['rates_all']]} cut {d['cut']:.2f}"
         )
 
 

@@ -112,9 +112,12 @@ def _observe_shared_costs(seqs: Sequence[MTPSpeculator], drafts: list[Draft], t_
     n_rows = sum(len(d.tokens) + 1 for d in drafts)
     mean_pos = sum((sp.n_past + len(d.tokens) / 2) * (len(d.tokens) + 1) for sp, d in zip(seqs, drafts)) / n_rows
     costs.observe_verify(n_rows, mean_pos, t_verify)
-    n_drafted = sum(len(d.tokens) for d in drafts)
-    if n_drafted and not any(p.catching_up for p in policies):
-        costs.observe_draft(n_drafted, t_draft, policies[0].mode)
+    n_decodes = sum(  # head decodes: a token the confidence cut dropped was decoded too
+        sp.policy.head_decodes(len(d.tokens)) if isinstance(sp.policy, AutoPolicy) else len(d.tokens)
+        for sp, d in zip(seqs, drafts)
+    )
+    if n_decodes and not any(p.catching_up for p in policies):
+        costs.observe_draft(n_decodes, t_draft, policies[0].mode)
 
 
 def crossings(run) -> dict[str, int]:

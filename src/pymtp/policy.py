@@ -3,14 +3,18 @@
 * ``auto`` (AutoPolicy, the default): each step, the draft length k in {0, 1, ..., K} with the
   most expected tokens per second,
 
-      E[tokens](k) / cost(k),   E[tokens](k) = 1 + sum_{i<=k} prod_{j<=i} a_j,
-                                cost(k) = c_verify(k + 1 rows) + k * c_draft   (k = 0: a plain step),
+      E[tokens](k) / cost(k),   E[tokens](k) = 1 + sum_{i<=k} prod_{j<=i} kept_j * a_j,
+      cost(k) = c_verify(1 + E[rows]) + E[head decodes] * c_draft     (k = 0: a plain step),
 
-  with a_j the recent acceptance at draft position j (decayed counts with a prior) and the
-  costs predicted by a CostModel of this model on this machine. While k = 0 wins it drafts one
-  token now and then (a probe, with backoff) so that its acceptance estimate stays current.
-* ``fixed`` / ``adaptive`` (DraftPolicy): the earlier policies (a fixed length with cooldown;
-  a line fitted to verify times), kept for research and benchmarks.
+  with a_j the recent acceptance at draft position j (decayed counts with a prior), kept_j how
+  often the confidence cut keeps the head's token there (a dropped token ends the draft: its
+  head decode is paid, its verify row is not; E[rows] = sum_j prod_{i<=j} kept_i) and the costs
+  predicted by a CostModel of this model on this machine. The same without the cut (kept_j = 1,
+  the acceptance of every drafted token) competes: a head that understates its tokens' chance
+  drafts without it. While k = 0 wins it drafts now and then (a probe, with backoff) so that its
+  estimates stay current.
+* ``fixed`` / ``adaptive`` (DraftPolicy, pymtp.fixed_policy): the earlier policies (a fixed
+  length with cooldown; a line fitted to verify times), kept for research and benchmarks.
 
 The costs come from pymtp.costs (CostModel: calibrated per model and thread count, corrected
 online). In a Batch the sequences share one verify: each chooses beside the rows the others
@@ -28,6 +32,7 @@ import numpy as np
 
 from .config import SpecConfig
 from .costs import CostModel, calibrate, costs_for, use_costs
+from .fixed_policy import DraftPolicy
 
 __all__ = [
     "Acceptance",
@@ -58,6 +63,14 @@ RETIME_UNTIL = 3
 STRETCH_SEEN = 24
 #: The highest confidence cut auto sets (a head's top probability is seldom above it).
 P_MIN_CAP = 0.9
+#: Drafts go without the cut only when expected to earn this much more than under it (where the
+#: cut drops nothing the two estimates agree, and the cut still drops a token the head doubts).
+FREE_MARGIN = 1.02
+#: ... and only once this many drafts without a cut were checked (decayed; the prior alone is no
+#: evidence that they would earn more).
+FREE_EVIDENCE = 2.0
+#: Drafts without the cut checked (decayed) before those among drafts under it come less often.
+FREE_SEEN = 8.0
 # ---- acceptance -----------------------------------------------------------------------------------
 
 
@@ -68,13 +81,15 @@ class Acceptance:
 
     # (plain lists: K is small and the policy runs every step)
 
-    def __init__(self, n: int, window: int) -> None:
+    def __init__(self, n: int, window: int, prior: float = PRIOR_RATE) -> None:
         self.reached = [0.0] * n
         self.accepted = [0.0] * n
+        self.prior = prior
         self._decay = 1.0 - 1.0 / window
 
-    def rates(self) -> list[float]:
-        out, prev = [], PRIOR_RATE
+    def rates(self, prior: float | None = None) -> list[float]:
+        """(prior: position 0's pseudo-count rate instead of self.prior)"""
+        out, prev = [], self.prior if prior is None else prior
         for a, r in zip(self.accepted, self.reached):
             prev = (a + prev) / (r + 1.0)
             out.append(prev)
@@ -87,9 +102,13 @@ class Acceptance:
 
     def update(self, n_drafted: int, n_accepted: int) -> None:
         checked = min(n_drafted, n_accepted + 1)  # tokens past the first rejection go unchecked
+        self.count(checked, n_accepted)
+
+    def count(self, n_reached: int, n_passed: int) -> None:
+        """The first n_reached positions were tried, the first n_passed of them passed."""
         d = self._decay
-        self.reached = [x * d + (i < checked) for i, x in enumerate(self.reached)]
-        self.accepted = [x * d + (i < n_accepted) for i, x in enumerate(self.accepted)]
+        self.reached = [x * d + (i < n_reached) for i, x in enumerate(self.reached)]
+        self.accepted = [x * d + (i < n_passed) for i, x in enumerate(self.accepted)]
 
 
 @dataclass
@@ -102,7 +121,8 @@ class ProbeClock:
     gap: float = PROBE_FIRST
 
 
-_CARRIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {key: (Acceptance, ProbeClock)}
+# model -> {key: (acceptance of kept tokens, of all tokens, keep rate, ProbeClock)}
+_CARRIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _CARRIED_LOCK = threading.Lock()
 #: A new generation starts from the last generation's estimates on the model, worth at most this
 #: many windows of evidence (a new text shows itself within a few steps; halving them instead
@@ -111,25 +131,27 @@ _CARRIED_LOCK = threading.Lock()
 CARRY = 0.5
 
 
-def _carried(model, key, window: int) -> tuple[Acceptance, ProbeClock]:
-    """A new policy's acceptance estimates and probe clock: the last ones of this model and
-    drafter (the evidence capped at CARRY windows), else the prior; the new policy's become the
-    model's last."""
-    acc, clock = Acceptance(key[1], window), ProbeClock()
+def _carried(model, key, window: int) -> tuple[Acceptance, Acceptance, Acceptance, ProbeClock]:
+    """A new policy's acceptance and keep-rate estimates and probe clock: the last ones of this
+    model and drafter (the evidence capped at CARRY windows), else the priors; the new policy's
+    become the model's last."""
+    n = key[1]
+    acc, acc_all, keep = Acceptance(n, window), Acceptance(n, window), Acceptance(n, window, prior=1.0)
+    clock = ProbeClock()
     if model is None:
-        return acc, clock
+        return acc, acc_all, keep, clock
     with _CARRIED_LOCK:
         per_model = _CARRIED.setdefault(model, {})
         last = per_model.get(key)
         if last is not None:
-            last_acc, last_clock = last
-            most = max(last_acc.reached, default=0.0)
-            f = min(1.0, CARRY * window / most) if most > 0 else 1.0
-            acc.reached = [x * f for x in last_acc.reached]
-            acc.accepted = [x * f for x in last_acc.accepted]
-            clock = ProbeClock(last_clock.plain_run, last_clock.gap)
-        per_model[key] = (acc, clock)
-    return acc, clock
+            for new, old in zip((acc, acc_all, keep), last[:3]):
+                most = max(old.reached, default=0.0)
+                f = min(1.0, CARRY * window / most) if most > 0 else 1.0
+                new.reached = [x * f for x in old.reached]
+                new.accepted = [x * f for x in old.accepted]
+            clock = ProbeClock(last[3].plain_run, last[3].gap)
+        per_model[key] = (acc, acc_all, keep, clock)
+    return acc, acc_all, keep, clock
 
 
 # ---- the auto policy ------------------------------------------------------------------------------
@@ -177,10 +199,20 @@ class AutoPolicy:
         self._max_rows = max_rows or self.n_max + 1
         self._n_threads = n_threads  # the target's: costs are calibrated per thread count
         self.shared = shared
-        self.acceptance, self.probes = _carried(model, (config.drafter, self.n_max, mode), config.adaptive_window)
+        # acceptance: of a token the confidence cut kept, per position; acceptance_all: of any
+        # drafted token (drafts without a cut); kept: how often the head's token passes the cut,
+        # per position (a token the cut drops ends the draft: its head decode is paid, its
+        # verify row is not)
+        self.acceptance, self.acceptance_all, self.kept, self.probes = _carried(
+            model, (config.drafter, self.n_max, mode), config.adaptive_window
+        )
+        self.asked = 0  # the draft length of this step, as the speculator bounded it
+        self._ref_cut = 0.0  # the cut a draft without one would have had (what it would keep)
+        self.cutting = True  # whether the drafts are under the confidence cut (or all drafted)
         self._retime = 0  # a draft length to draft again, to time it without the head's catch-up
         self._retiming = False
         self._stretch_run = 0  # steps since the last draft of one token more than the best
+        self._free_run = 0  # drafts under the cut since the last one without it
         self._pos = 0
         self._rows_before = 0
         self._t_chosen = 0.0
@@ -205,20 +237,39 @@ class AutoPolicy:
         return self.costs.verify(int(k) + 1, self._pos)
 
     def expected(
-        self, n_past: int = 0, rows_before: int = 0, tokens_before: float = 0.0
+        self, n_past: int = 0, rows_before: int = 0, tokens_before: float = 0.0, *, cut: bool = True
     ) -> tuple[list[float], list[float]]:
         """E[tokens](k) and cost(k) for k = 0..K at position n_past, of the whole verify: beside
-        rows_before rows of other sequences, which yield tokens_before tokens (in a Batch)."""
+        rows_before rows of other sequences, which yield tokens_before tokens (in a Batch).
+
+        cut: under the confidence cut, whose drops end a draft: position j is decoded by the head
+        when every earlier one was kept, verified when it is kept too, and yields a token when
+        it is also accepted (the acceptance counts drafted tokens only, so without the keep rate
+        a head whose confident tokens are accepted looked good while the cut dropped most of its
+        drafts and each drop paid a head decode for nothing)."""
         rates = self.acceptance.rates()
+        if not cut:  # (the acceptance of all tokens borrows that of kept ones as its prior)
+            rates = self.acceptance_all.rates(prior=rates[0])
+        keep = self.kept.rates() if cut else [1.0] * self.n_max
         self.last_rates = rates
         c = self.costs
         c_draft, o_plain, o_draft = c.draft_cost(self.mode), c.overhead(False, self.mode), c.overhead(True, self.mode)
-        gain, cost, reach = [tokens_before + 1.0], [c.verify(rows_before + 1, n_past) + o_plain], 1.0
-        for k in range(1, self.n_max + 1):
-            reach *= rates[k - 1]
+        gain, cost = [tokens_before + 1.0], [c.verify(rows_before + 1, n_past) + o_plain]
+        reach, kept, rows, decodes = 1.0, 1.0, 0.0, 0.0
+        for j in range(self.n_max):
+            decodes += kept
+            kept *= keep[j]
+            rows += kept
+            reach *= rates[j] * keep[j]
             gain.append(gain[-1] + reach)
-            cost.append(c.verify(rows_before + k + 1, n_past) + k * c_draft + o_draft)
+            cost.append(self._verify(rows_before + 1 + rows, n_past) + decodes * c_draft + o_draft)
         return gain, [max(x, 1e-12) for x in cost]
+
+    def _verify(self, rows: float, n_past: int) -> float:
+        """A verify's seconds for an expected (fractional) row count: between the whole ones."""
+        c, lo = self.costs, int(rows)
+        v, f = c.verify(lo, n_past), rows - lo
+        return v + f * (c.verify(lo + 1, n_past) - v) if f > 1e-9 else v
 
     def next_length(self, n_past: int = 0, rows_before: int = 0, tokens_before: float = 0.0) -> int:
         """The draft length of the next step at position n_past (in a Batch: beside rows_before
@@ -226,8 +277,19 @@ class AutoPolicy:
         self._pos, self._rows_before = n_past, rows_before
         gain, cost = self.expected(n_past, rows_before, tokens_before)
         tps = [g / c for g, c in zip(gain, cost)]
+        self.cutting = True
+        if self.config.p_min == 0.0 and self.acceptance_all.reached[0] >= FREE_EVIDENCE:
+            # Drafts under the cut, or every token drafted: whichever is expected to earn more
+            # (once drafts without a cut were seen: probes, the k + 1 drafts).
+            # (The cut takes the head's probability as a token's chance; a head that understates
+            # it, the deep variant's, had most good tokens dropped and its drafts lost to plain
+            # steps that drafts without a cut beat.)
+            gain_all, cost_all = self.expected(n_past, rows_before, tokens_before, cut=False)
+            tps_all = [g / c for g, c in zip(gain_all, cost_all)]
+            if max(tps_all[1:]) > FREE_MARGIN * max(tps[1:]):
+                gain, cost, tps, self.cutting = gain_all, cost_all, tps_all, False
         k = max(range(len(tps)), key=tps.__getitem__)
-        probe = self._retiming = False
+        probe = self._retiming = stretch = False
         if k == 0 and self._retime:
             # The last step drafted after plain steps: its draft time held the head's catch-up on
             # the tokens it missed, no measure of a draft token. Draft once more to time one.
@@ -258,60 +320,113 @@ class AutoPolicy:
             self._stretch_run += 1
             seen = self.costs.seen(self._rows_before + k + 2) >= STRETCH_SEEN
             if self._stretch_run >= (PROBE_MAX if seen else PROBE_FIRST):
-                k, self._stretch_run = k + 1, 0
+                # (without the cut: the acceptance of every token stays current too)
+                k, self._stretch_run, stretch = k + 1, 0, True
+        if k and not (probe or stretch) and self.cutting and self.config.p_min == 0.0:
+            # While drafts go under the cut, one without it now and then (backing off as for the
+            # k + 1 drafts), so that the acceptance of the tokens the cut drops is known: where it
+            # is high (a head that understates), drafts without the cut win.
+            self._free_run += 1
+            seen = self.acceptance_all.reached[0] >= FREE_SEEN
+            if self._free_run >= (PROBE_MAX if seen else PROBE_FIRST):
+                self._free_run, stretch = 0, True
         self._retime = 0
+        tokens = gain[k] - tokens_before
         if self.config.p_min == 0.0:
-            self.p_min = self._cut(k, probe, tps, cost)
-        self.trace.append(Choice(k, probe, float(tps[k]), gain[k] - tokens_before))
+            # the cut this draft has, and the one it would have had (what a cut would keep of a
+            # draft without one teaches the keep rate)
+            self._ref_cut = self._cut(k, tps, cost)
+            free = probe or stretch or not self.cutting
+            self.p_min = 0.0 if free else self._ref_cut
+            if free and self.cutting:
+                tokens = self.expected(n_past, rows_before, tokens_before, cut=False)[0][k] - tokens_before
+        self.asked = k
+        self.trace.append(Choice(k, probe, float(tps[k]), tokens))
         self._t_chosen = time.perf_counter()
         return k
 
-    def _cut(self, k: int, probe: bool, tps: list[float], cost: list[float]) -> float:
+    def _cut(self, k: int, tps: list[float], cost: list[float]) -> float:
         """The confidence cut: when the head proposes a token (its draft decode done), keeping
         it costs its verify row; a token whose head probability (taken as its chance of
         acceptance) is below the tokens the step's rate earns in those seconds costs more than it
-        brings. Not for probes: they measure."""
-        if k == 0 or probe:
+        brings. (Probes, the k + 1 drafts and drafts where a cut loses draft without one.)"""
+        if k == 0:
             return 0.0
         c, b = self.costs, self._rows_before
         row = c.verify(b + k + 1, self._pos) - c.verify(b + k, self._pos)
         return min(P_MIN_CAP, max(0.0, tps[k] * row))
 
-    def update(self, n_drafted: int, n_accepted: int, t_draft: float = 0.0, t_verify: float = 0.0) -> None:
+    def head_decodes(self, n_drafted: int) -> int:
+        """Draft positions the head decoded this step: each token drafted and, where the draft
+        ended short of the length asked (a cut), the one dropped."""
+        return min(self.asked, n_drafted + 1) if self.asked > 0 else n_drafted
+
+    def update(
+        self,
+        n_drafted: int,
+        n_accepted: int,
+        t_draft: float = 0.0,
+        t_verify: float = 0.0,
+        confidence: list[float] | None = None,
+    ) -> None:
+        """After a step: n_drafted tokens drafted (of the `asked`), n_accepted accepted, the
+        seconds drafting and verifying, and the head's probability of each drafted token."""
         choice = self.trace[-1] if self.trace else None
         step = time.perf_counter() - self._t_chosen if choice is not None else t_draft + t_verify
         if step > 0:
             choice_tps = (n_accepted + 1) / step
             if choice is not None:
                 choice.measured_tps = choice_tps
+        decodes = self.head_decodes(n_drafted)
         if not self.shared:
             rows = n_drafted + 1
             self.costs.observe_verify(rows, self._pos, t_verify)
             if choice is not None and len(self.trace) > 1:
                 # (not the first step: it also pays one-off set-up; a preempted step is capped)
                 self.costs.observe_overhead(
-                    n_drafted > 0, min(step - t_draft - t_verify, 2 * (t_draft + t_verify)), self.mode
+                    decodes > 0, min(step - t_draft - t_verify, 2 * (t_draft + t_verify)), self.mode
                 )
-            # a draft after plain steps (or the first) also feeds the head the tokens it missed
-            if n_drafted and self._drafted_last and self._drafted_once:
-                self.costs.observe_draft(n_drafted, t_draft, self.mode)
-        if n_drafted:
+            # a draft after plain steps (or the first) also feeds the head the tokens it missed;
+            # the time is per head decode (a token the cut dropped was decoded too: counting
+            # only the kept ones made a draft token seem 2-3x dearer than it is)
+            if decodes and self._drafted_last and self._drafted_once:
+                self.costs.observe_draft(decodes, t_draft, self.mode)
+        if decodes and self.p_min > 0.0:
+            self.kept.count(decodes, n_drafted)
+            if n_drafted:
+                self.acceptance.update(n_drafted, n_accepted)
+        elif n_drafted:
+            # A draft without a cut (a probe, a k + 1 draft, or where the cut loses): every token
+            # teaches the acceptance of all tokens; what the cut would have kept of it, the keep
+            # rate and the acceptance of kept tokens (after a stretch of dropped drafts, plain
+            # steps won and only probes drafted: learned from cut drafts alone, the keep rate
+            # stayed low for good).
+            self.acceptance_all.update(n_drafted, n_accepted)
+            would = n_drafted
+            if self._ref_cut > 0.0 and confidence is not None:
+                would = next((i for i, p in enumerate(confidence[:n_drafted]) if p < self._ref_cut), n_drafted)
+                self.kept.count(min(would + 1, n_drafted), would)
+            if would:
+                self.acceptance.update(would, min(n_accepted, would))
+        if decodes:
             if self.catching_up and self.costs.draft_timings(self.mode) < RETIME_UNTIL:
-                self._retime = n_drafted
+                self._retime = decodes
             self._drafted_once = True
-            self.acceptance.update(n_drafted, n_accepted)
             if choice is not None and choice.probe and not self._retiming:
                 # A probe that did better than expected: the text may have changed, so the
                 # older evidence counts half and the next probe comes sooner. Otherwise back off.
                 if n_accepted > choice.tokens - 1.0 + 0.5:
                     self.acceptance.discount(0.5)
+                    self.acceptance_all.discount(0.5)
                     self.probes.gap = max(PROBE_MIN, self.probes.gap // 2)
                 else:
                     self.probes.gap = min(PROBE_MAX, 2 * self.probes.gap)
             elif choice is not None and not choice.probe:
                 self.probes.gap = PROBE_FIRST
             self.probes.plain_run = 0
-        self._drafted_last = n_drafted > 0
+        # (the head consumed its queue of missed tokens when it decoded, kept tokens or not)
+        self._drafted_last = decodes > 0
+        self.asked = 0
 
     @property
     def catching_up(self) -> bool:
@@ -364,94 +479,3 @@ def make_policy(
     if spec.policy == "adaptive" and not spec.adaptive:
         spec = spec.model_copy(update={"adaptive": True})
     return DraftPolicy(spec, n_max)
-
-
-class DraftPolicy:
-    """SpecConfig(policy="fixed" or "adaptive"): how many tokens to draft next.
-
-    Fixed: n_draft every step. Adaptive: the k in [n_min, n_draft] that maximizes expected
-    tokens per second,
-
-        (1 + sum_{i<k} prod_{j<=i} a_j) / (k * c_draft + c_verify(k)),
-
-    with a_j the recent rate at which draft token j is accepted once the tokens before
-    it were (counts decayed over ~adaptive_window steps; an untried position borrows
-    the rate of the one before, so drafts can grow), c_draft the measured cost of one
-    draft token and c_verify(k) a line fitted to measured verify times (a prior slope
-    of 10% of a one-token verify per extra token until several k have been seen).
-    Cooldown (both): after a step where nothing was accepted, draft `cooldown` fewer tokens
-    for `cooldown_steps` steps (0 tokens = a plain decode step).
-    """
-
-    _PRIOR_RATE = 0.6
-    _PRIOR_SLOPE = 0.1
-
-    def __init__(self, config: SpecConfig, n_max: int) -> None:
-        self.config = config
-        self.n_max = max(1, min(config.n_draft, n_max))
-        self.p_min = config.p_min
-        self._decay = 1.0 - 1.0 / config.adaptive_window
-        self._reached = np.zeros(self.n_max)  # steps where draft token i was checked
-        self._accepted = np.zeros(self.n_max)  # ... and accepted
-        self._c_draft = 0.0  # seconds per draft token (EMA)
-        self._fit = np.zeros(5)  # decayed sums for c_verify: n, x, x^2, y, xy
-        self._cool_left = 0
-        self.cooldown_steps_taken = 0
-        self.last_rates: list[float] = []
-        self.trace: list[Choice] = []
-
-    def verify_cost(self, k):
-        """Seconds a verify of k draft tokens takes (the fitted line), None before any step."""
-        return self._verify_cost(np.asarray(k, dtype=float)) if self._fit[0] > 0 else None
-
-    def _verify_cost(self, k: np.ndarray) -> np.ndarray:
-        n, sx, sxx, sy, sxy = self._fit
-        mean_x, mean_y = sx / n, sy / n
-        var = sxx / n - mean_x * mean_x
-        slope = (
-            (sxy / n - mean_x * mean_y) / var
-            if var > 0.25
-            else self._PRIOR_SLOPE * mean_y / (1 + self._PRIOR_SLOPE * mean_x)
-        )
-        base = mean_y - max(slope, 0.0) * mean_x
-        return base + max(slope, 0.0) * k
-
-    def next_length(self, n_past: int = 0, rows_before: int = 0, tokens_before: float = 0.0) -> int:
-        c = self.config
-        k = self.n_max
-        if c.adaptive and self._fit[0] > 0:
-            rates, prev = [], self._PRIOR_RATE
-            for i in range(self.n_max):
-                r = (self._accepted[i] + prev) / (self._reached[i] + 1.0)
-                rates.append(r)
-                prev = r
-            self.last_rates = rates
-            ks = np.arange(c.n_min, self.n_max + 1)
-            gain = 1.0 + np.cumsum(np.cumprod(rates))[ks - 1]
-            cost = ks * self._c_draft + self._verify_cost(ks)
-            k = int(ks[int(np.argmax(gain / cost))])
-        if self._cool_left > 0:
-            self._cool_left -= 1
-            self.cooldown_steps_taken += 1
-            k = max(0, k - c.cooldown)
-        return k
-
-    def update(self, n_drafted: int, n_accepted: int, t_draft: float = 0.0, t_verify: float = 0.0) -> None:
-        if n_drafted == 0:
-            return
-        if n_accepted == 0 and self.config.cooldown > 0:
-            self._cool_left = self.config.cooldown_steps
-        if not self.config.adaptive:
-            return  # the estimates feed only the adaptive choice
-        d = self._decay
-        self._reached *= d
-        self._accepted *= d
-        checked = min(n_drafted, n_accepted + 1)  # tokens past the first rejection go unchecked
-        self._reached[:checked] += 1
-        self._accepted[:n_accepted] += 1
-        if t_verify > 0:
-            per_tok = t_draft / n_drafted
-            self._c_draft = per_tok if self._c_draft == 0 else d * self._c_draft + (1 - d) * per_tok
-            self._fit = d * self._fit + np.array(
-                [1.0, n_drafted, n_drafted * n_drafted, t_verify, n_drafted * t_verify]
-            )

@@ -349,7 +349,8 @@ class MTPSpeculator:
         limit = min(self.room() - 1, self.target.n_batch - 1)
         if max_new is not None:
             limit = min(limit, max_new - 1)
-        return max(0, min(k, limit))
+        self.policy.asked = k = max(0, min(k, limit))  # (the policy learns what its cut drops of k)
+        return k
 
     def settle(
         self, draft: Draft, logits: np.ndarray, hidden: np.ndarray | None, t0: float, t1: float, t2: float
@@ -387,7 +388,7 @@ class MTPSpeculator:
         self.n_past = n_past + n_acc + 1
         # POLICY
         if policy is not None:
-            policy.update(len(drafted), n_acc, t_draft, t_verify)
+            policy.update(len(drafted), n_acc, t_draft, t_verify, confidence=draft.confidence)
             self.stats.cooldown_steps = policy.cooldown_steps_taken
             if policy.trace:
                 self.stats.record_choice(policy.trace[-1])
