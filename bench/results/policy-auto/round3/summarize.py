@@ -20,13 +20,18 @@ for r in rows:
     paired[cell + (r["prompt"], r["round"])][r["variant"]] = float(r["tps"])
     if r["variant"] == "mtp-auto":
         per_step[cell].append((int(r["n_accepted"]) + int(r["n_steps"])) / int(r["n_steps"]))
-print(f"{'model':9s} {'sampling':8s} {'side':5s} {'plain':>6s} {'auto':>6s} {'best fixed':>13s} "
-      f"{'x plain':>7s} {'x best':>6s} {'paired x plain':>14s} {'tok/step':>8s} n")
+print(
+    f"{'model':9s} {'sampling':8s} {'side':5s} {'plain':>6s} {'auto':>6s} {'best fixed':>13s} "
+    f"{'x plain':>7s} {'x best':>6s} {'paired x plain':>14s} {'tok/step':>8s} n"
+)
 for model, samp, side in sorted({k[:3] for k in tps}):
     med = {v: statistics.median(x) for (m, s, d, v), x in tps.items() if (m, s, d) == (model, samp, side)}
     fixed = {v: t for v, t in med.items() if v.startswith("mtp-") and v[4:].isdigit()}
     best = max(fixed, key=fixed.get)
     pr = [d["mtp-auto"] / d["plain"] for k, d in paired.items() if k[:3] == (model, samp, side)]
     a, p = med["mtp-auto"], med["plain"]
-    print(f"{model:9s} {samp:8s} {side:5s} {p:6.1f} {a:6.1f} {best:>6s} {fixed[best]:6.1f} {a / p:7.2f} "
-          f"{a / fixed[best]:6.2f} {statistics.median(pr):14.2f} {statistics.median(per_step[(model, samp, side)]):8.2f} {len(pr)}")
+    steps = statistics.median(per_step[(model, samp, side)])
+    print(
+        f"{model:9s} {samp:8s} {side:5s} {p:6.1f} {a:6.1f} {best:>6s} {fixed[best]:6.1f} {a / p:7.2f} "
+        f"{a / fixed[best]:6.2f} {statistics.median(pr):14.2f} {steps:8.2f} {len(pr)}"
+    )
