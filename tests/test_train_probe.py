@@ -4,17 +4,16 @@ rounding), and a bf16 step trains; selfdistill's --bf16 run resumes like a float
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_train_selfdistill import ARGS, work  # noqa: E402,F401  # the synthetic work folder
+
 from pymtp.train import probe, selfdistill  # noqa: E402
 from pymtp.train.head import HeadConfig, read_head_gguf  # noqa: E402
-
-from test_train_selfdistill import ARGS, work  # noqa: E402,F401  # the synthetic work folder
 
 
 def test_an_arm_is_a_rate_and_a_precision():
