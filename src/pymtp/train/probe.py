@@ -57,11 +57,11 @@ def run(args, log=print) -> dict:
     log(f"step 0: {_brief(arms[0]['curve'][-1])}")
     rng = np.random.default_rng(args.seed)
     for step in range(1, args.steps + 1):
-        batch = crops.batch(rng, args.batch, "cpu")
+        toks, hid, ids, logp, mask = crops.batch(rng, args.batch, "cpu")
         for a in arms:
             t0 = time.perf_counter()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a["bf16"]):
-                loss, _ = chain_loss(a["head"], W, vocab, *batch, args.chain, feed=args.feed)
+                loss, _ = chain_loss(a["head"], W, vocab, toks, hid, ids, logp, mask, args.chain, feed=args.feed)
             a["opt"].zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(a["head"].parameters(), 1.0)
