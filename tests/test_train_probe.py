@@ -16,11 +16,13 @@ from pymtp.train import probe, selfdistill  # noqa: E402
 from pymtp.train.head import HeadConfig, read_head_gguf  # noqa: E402
 
 
-def test_an_arm_is_a_rate_and_a_precision():
-    assert probe.parse_arm("3e-4") == {"name": "3e-4", "lr": 3e-4, "bf16": False}
+def test_an_arm_is_a_rate_a_precision_and_a_target_temperature():
+    assert probe.parse_arm("3e-4") == {"name": "3e-4", "lr": 3e-4, "bf16": False, "temp": 1.0}
     assert probe.parse_arm("1e-3:bf16")["bf16"] is True
-    with pytest.raises(ValueError, match="LR:bf16"):
-        probe.parse_arm("1e-3:fp8")
+    assert probe.parse_arm("1e-3:bf16:t0.5") | {"name": ""} == {"name": "", "lr": 1e-3, "bf16": True, "temp": 0.5}
+    for bad in ("1e-3:fp8", "1e-3:t0", "1e-3:t-1"):
+        with pytest.raises(ValueError, match="tTEMP"):
+            probe.parse_arm(bad)
 
 
 def test_arms_share_the_start_and_the_batches(work, tmp_path):  # noqa: F811

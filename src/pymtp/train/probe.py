@@ -21,11 +21,17 @@ import numpy as np
 
 
 def parse_arm(text: str) -> dict:
-    """'3e-4' or '3e-4:bf16' -> {"name", "lr", "bf16"}."""
-    lr, _, prec = text.partition(":")
-    if prec not in ("", "fp32", "bf16"):
-        raise ValueError(f"an arm is LR or LR:fp32 or LR:bf16, got {text!r}")
-    return {"name": text, "lr": float(lr), "bf16": prec == "bf16"}
+    """'3e-4', '3e-4:bf16', '3e-4:bf16:t0.5' (target temperature 0.5) -> {"name", "lr", "bf16", "temp"}."""
+    lr, *opts = text.split(":")
+    arm = {"name": text, "lr": float(lr), "bf16": False, "temp": 1.0}
+    for o in opts:
+        if o in ("fp32", "bf16"):
+            arm["bf16"] = o == "bf16"
+        elif o.startswith("t") and o[1:].replace(".", "", 1).isdigit() and float(o[1:]) > 0:
+            arm["temp"] = float(o[1:])
+        else:
+            raise ValueError(f"an arm is LR[:fp32|:bf16][:tTEMP], got {text!r}")
+    return arm
 
 
 def run(args, log=print) -> dict:
@@ -61,7 +67,19 @@ def run(args, log=print) -> dict:
         for a in arms:
             t0 = time.perf_counter()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a["bf16"]):
-                loss, _ = chain_loss(a["head"], W, vocab, toks, hid, ids, logp, mask, args.chain, feed=args.feed)
+                loss, _ = chain_loss(
+                    a["head"],
+                    W,
+                    vocab,
+                    toks,
+                    hid,
+                    ids,
+                    logp,
+                    mask,
+                    args.chain,
+                    feed=args.feed,
+                    target_temperature=a["temp"],
+                )
             a["opt"].zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(a["head"].parameters(), 1.0)
@@ -88,6 +106,7 @@ def run(args, log=print) -> dict:
                 "name": a["name"],
                 "lr": a["lr"],
                 "bf16": a["bf16"],
+                "target_temperature": a["temp"],
                 "median_step_seconds": round(float(np.median(a["step_seconds"])), 3),
                 "train_loss": a["train_loss"],
                 "curve": a["curve"],

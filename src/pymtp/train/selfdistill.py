@@ -223,7 +223,17 @@ def train(args, work: Path, log=print) -> dict:
         tokens, hidden, topk_ids, topk_logp, mask = crops.batch(rng, args.batch, dev)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
             loss, figs = chain_loss(
-                head, W, vocab, tokens, hidden, topk_ids, topk_logp, mask, args.chain, feed=args.feed
+                head,
+                W,
+                vocab,
+                tokens,
+                hidden,
+                topk_ids,
+                topk_logp,
+                mask,
+                args.chain,
+                feed=args.feed,
+                target_temperature=args.target_temp,
             )
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -341,6 +351,12 @@ def parser() -> argparse.ArgumentParser:
         choices=("text", "draft"),
         default="text",
         help="step k's input token: the text's (= the draft on accepted chains) or the head's argmax",
+    )
+    ap.add_argument(
+        "--target-temp",
+        type=float,
+        default=1.0,
+        help="the trunk's top-k log-probs divided by this before renormalising (< 1: sharper, toward its argmax)",
     )
     ap.add_argument("--stop-at", type=int, default=0, help="checkpoint and stop at this step (a later run resumes)")
     ap.add_argument("--eval-every", type=int, default=50)
