@@ -110,6 +110,22 @@ def test_teacher_targets_renormalise_over_the_draft_vocabulary():
     assert valid.tolist() == [True, False]
 
 
+def test_a_target_temperature_sharpens_and_padding_stays_zero():
+    vocab = multistep.DraftVocab([2, 5, 7], n_vocab=10)
+    ids = torch.tensor([[5, 3, 7], [1, 3, 4], [5, 7, 2]])
+    inf = float("inf")
+    logp = torch.log(torch.tensor([[0.5, 0.3, 0.1], [0.6, 0.2, 0.1], [1.0, 1.0, 1.0]]))
+    logp[2] = -inf  # a padded row (past the crop)
+    _, p, valid = multistep.teacher_targets(vocab, ids, logp, 0.5)
+    # p ** 2 renormalised over the in-vocabulary tokens 5 and 7
+    assert torch.allclose(p[0], torch.tensor([0.25 / 0.26, 0.0, 0.01 / 0.26]))
+    assert valid.tolist() == [True, False, False] and not p.isnan().any()
+    assert float(p[2].abs().sum()) == 0.0
+    assert torch.allclose(multistep.teacher_targets(vocab, ids, logp, 1.0)[1][0], torch.tensor([0.5, 0.0, 0.1]) / 0.6)
+    with pytest.raises(ValueError, match="temperature"):
+        multistep.teacher_targets(vocab, ids, logp, 0.0)
+
+
 def test_loss_is_zero_only_when_the_head_matches_the_teacher():
     torch.manual_seed(0)
     Wsub = torch.randn(6, 4)

@@ -127,12 +127,18 @@ class DraftVocab:
         self.col[self.ids] = torch.arange(len(self.ids), device=device)
 
 
-def teacher_targets(vocab: DraftVocab, topk_ids: torch.Tensor, topk_logp: torch.Tensor):
+def teacher_targets(vocab: DraftVocab, topk_ids: torch.Tensor, topk_logp: torch.Tensor, temperature: float = 1.0):
     """(columns, probabilities renormalised over the draft vocabulary, row valid) of the
-    trunk's stored top-k; a row with no top-k token in the vocabulary is not valid."""
+    trunk's stored top-k; a row with no top-k token in the vocabulary is not valid.
+    temperature < 1 sharpens the target toward the trunk's argmax (greedy acceptance is an
+    argmax match); 1 keeps the trunk's distribution."""
+    if not temperature > 0:
+        raise ValueError(f"the target temperature must be > 0, got {temperature}")
     col = vocab.col[topk_ids.long()]
     inside = col >= 0
-    p = topk_logp.float().exp() * inside
+    lp = topk_logp.float() / temperature
+    # relative to the top-1 (no underflow when sharpened); padded rows (all -inf) stay 0, not NaN
+    p = (lp - lp[..., :1].clamp_min(-1e4)).exp() * inside
     mass = p.sum(-1, keepdim=True)
     return col.clamp_min(0), p / mass.clamp_min(1e-12), mass.squeeze(-1) > 0
 
@@ -163,6 +169,7 @@ def chain_loss(
     *,
     feed: str = "text",
     decay: float = STEP_DECAY,
+    target_temperature: float = 1.0,
 ):
     """The weighted loss over steps and, per step, (KL, agreement, chain agreement, rows):
     agreement is the head's argmax equal to the trunk's top-1 at that step; chain agreement,
@@ -177,7 +184,7 @@ def chain_loss(
         ids = F.pad(topk_ids[:, k:].long(), (0, 0, 0, k - 1))
         logp = F.pad(topk_logp[:, k:].float(), (0, 0, 0, k - 1), value=float("-inf"))
         ok = F.pad(mask[:, k:], (0, k - 1), value=False)
-        col, p, valid = teacher_targets(vocab, ids, logp)
+        col, p, valid = teacher_targets(vocab, ids, logp, target_temperature)
         top1 = vocab.col[ids[..., 0]]
         valid = valid & ok
         kl, agree = step_loss(

@@ -192,21 +192,9 @@ def train(args, work: Path, log=print) -> dict:
     eval_batches = [held.batch(eval_rng, args.batch, "cpu") for _ in range(args.eval_batches)]
 
     def evaluate() -> dict:
-        head.eval()
-        figs = []
-        with torch.no_grad():
-            for b in eval_batches:
-                tokens, hidden, topk_ids, topk_logp, mask = (x.to(dev) for x in b)
-                figs.append(
-                    chain_loss(head, W, vocab, tokens, hidden, topk_ids, topk_logp, mask, args.chain, feed=args.feed)[1]
-                )
-        head.train()
-        out = {"step": step, "seconds": round(seconds, 1)}
-        for k in range(args.chain):
-            rows = sum(f[k]["rows"] for f in figs)
-            for key in ("kl", "agree", "chain"):
-                out[f"held_{key}{k + 1}"] = round(sum(f[k][key] * f[k]["rows"] for f in figs) / max(rows, 1), 5)
-        return out
+        return {"step": step, "seconds": round(seconds, 1)} | held_figures(
+            head, W, vocab, eval_batches, args.chain, args.feed
+        )
 
     def save() -> None:
         tmp = ckpt.with_suffix(".tmp")
@@ -233,7 +221,20 @@ def train(args, work: Path, log=print) -> dict:
     while step < stop:
         t0, c0 = time.time(), time.process_time()
         tokens, hidden, topk_ids, topk_logp, mask = crops.batch(rng, args.batch, dev)
-        loss, figs = chain_loss(head, W, vocab, tokens, hidden, topk_ids, topk_logp, mask, args.chain, feed=args.feed)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
+            loss, figs = chain_loss(
+                head,
+                W,
+                vocab,
+                tokens,
+                hidden,
+                topk_ids,
+                topk_logp,
+                mask,
+                args.chain,
+                feed=args.feed,
+                target_temperature=args.target_temp,
+            )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -271,6 +272,29 @@ def train(args, work: Path, log=print) -> dict:
         "first": curve[0],
         "final": [r for r in curve if "held_kl1" in r][-1],
     }
+
+
+def held_figures(head, W, vocab, batches: list, chain: int, feed: str) -> dict:
+    """Held-out KL, agreement and chain agreement per step over fixed batches, in float32
+    (whatever precision training runs in), so runs compare on the same figures."""
+    import torch
+
+    from .multistep import chain_loss
+
+    was_training = head.training
+    head.eval()
+    figs = []
+    with torch.no_grad():
+        for b in batches:
+            tokens, hidden, topk_ids, topk_logp, mask = (x.to(W.device) for x in b)
+            figs.append(chain_loss(head, W, vocab, tokens, hidden, topk_ids, topk_logp, mask, chain, feed=feed)[1])
+    head.train(was_training)
+    out = {}
+    for k in range(chain):
+        rows = sum(f[k]["rows"] for f in figs)
+        for key in ("kl", "agree", "chain"):
+            out[f"held_{key}{k + 1}"] = round(sum(f[k][key] * f[k]["rows"] for f in figs) / max(rows, 1), 5)
+    return out
 
 
 def _fmt(row: dict) -> str:
@@ -328,11 +352,23 @@ def parser() -> argparse.ArgumentParser:
         default="text",
         help="step k's input token: the text's (= the draft on accepted chains) or the head's argmax",
     )
+    ap.add_argument(
+        "--target-temp",
+        type=float,
+        default=1.0,
+        help="the trunk's top-k log-probs divided by this before renormalising (< 1: sharper, toward its argmax)",
+    )
     ap.add_argument("--stop-at", type=int, default=0, help="checkpoint and stop at this step (a later run resumes)")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-batches", type=int, default=4)
     ap.add_argument("--ckpt-every", type=int, default=25)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument(
+        "--bf16",
+        action="store_true",
+        help="bfloat16 autocast in training steps (held-out figures stay float32); "
+        "weights, optimizer and loss reductions stay float32",
+    )
     return ap
 
 

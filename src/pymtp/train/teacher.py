@@ -199,7 +199,9 @@ def load(out_dir: Path, held_out: bool, domains: set[str] | None = None) -> Docu
     man = json.loads((out_dir / MANIFEST).read_text())
     parts: dict[str, list] = {k: [] for k in ("tokens", "hidden", "topk_ids", "topk_logp", "first", "domain", "len")}
     for sh in man["shards"]:
-        z = np.load(out_dir / sh["file"])
+        with np.load(out_dir / sh["file"]) as npz:
+            # each array read once: indexing the NpzFile re-reads the array from the zip
+            z = {k: npz[k] for k in npz.files}
         offs = z["offsets"]
         for i in range(len(offs) - 1):
             dom = str(z["domain"][i])
