@@ -112,10 +112,8 @@ def _observe_shared_costs(seqs: Sequence[MTPSpeculator], drafts: list[Draft], t_
     n_rows = sum(len(d.tokens) + 1 for d in drafts)
     mean_pos = sum((sp.n_past + len(d.tokens) / 2) * (len(d.tokens) + 1) for sp, d in zip(seqs, drafts)) / n_rows
     costs.observe_verify(n_rows, mean_pos, t_verify)
-    n_decodes = sum(  # head decodes: a token the confidence cut dropped was decoded too
-        sp.policy.head_decodes(len(d.tokens)) if isinstance(sp.policy, AutoPolicy) else len(d.tokens)
-        for sp, d in zip(seqs, drafts)
-    )
+    # head decodes: a token the confidence cut dropped was decoded too
+    n_decodes = sum(sp.policy.head_decodes(len(d.tokens)) for sp, d in zip(seqs, drafts) if sp.policy is not None)
     if n_decodes and not any(p.catching_up for p in policies):
         costs.observe_draft(n_decodes, t_draft, policies[0].mode)
 

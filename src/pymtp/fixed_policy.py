@@ -81,6 +81,11 @@ class DraftPolicy:
             k = max(0, k - c.cooldown)
         return k
 
+    def head_decodes(self, n_drafted: int) -> int:
+        """Draft positions the head decoded this step, as these policies count them: the tokens
+        drafted (the auto policy also counts the one its cut dropped)."""
+        return n_drafted
+
     def update(
         self, n_drafted: int, n_accepted: int, t_draft: float = 0.0, t_verify: float = 0.0, confidence=None
     ) -> None:

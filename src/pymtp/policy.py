@@ -278,6 +278,7 @@ class AutoPolicy:
         gain, cost = self.expected(n_past, rows_before, tokens_before)
         tps = [g / c for g, c in zip(gain, cost)]
         self.cutting = True
+        gain_all = None
         if self.config.p_min == 0.0 and self.acceptance_all.reached[0] >= FREE_EVIDENCE:
             # Drafts under the cut, or every token drafted: whichever is expected to earn more
             # (once drafts without a cut were seen: probes, the k + 1 drafts).
@@ -339,7 +340,9 @@ class AutoPolicy:
             free = probe or stretch or not self.cutting
             self.p_min = 0.0 if free else self._ref_cut
             if free and self.cutting:
-                tokens = self.expected(n_past, rows_before, tokens_before, cut=False)[0][k] - tokens_before
+                if gain_all is None:
+                    gain_all = self.expected(n_past, rows_before, tokens_before, cut=False)[0]
+                tokens = gain_all[k] - tokens_before
         self.asked = k
         self.trace.append(Choice(k, probe, float(tps[k]), tokens))
         self._t_chosen = time.perf_counter()
