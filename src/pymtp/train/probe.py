@@ -39,8 +39,8 @@ def run(args, log=print) -> dict:
 
     from . import teacher
     from .head import HeadConfig, read_head_gguf
-    from .multistep import DraftVocab, chain_loss
-    from .selfdistill import Crops, held_figures
+    from .multistep import DraftVocab
+    from .selfdistill import Crops, held_figures, train_step
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -63,28 +63,21 @@ def run(args, log=print) -> dict:
     log(f"step 0: {_brief(arms[0]['curve'][-1])}")
     rng = np.random.default_rng(args.seed)
     for step in range(1, args.steps + 1):
-        toks, hid, ids, logp, mask = crops.batch(rng, args.batch, "cpu")
+        batch = crops.batch(rng, args.batch, "cpu")
         for a in arms:
             t0 = time.perf_counter()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a["bf16"]):
-                loss, _ = chain_loss(
-                    a["head"],
-                    W,
-                    vocab,
-                    toks,
-                    hid,
-                    ids,
-                    logp,
-                    mask,
-                    args.chain,
-                    feed=args.feed,
-                    target_temperature=a["temp"],
-                )
-            a["opt"].zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(a["head"].parameters(), 1.0)
-            a["opt"].step()
-            a["sched"].step()
+            loss, _ = train_step(
+                a["head"],
+                a["opt"],
+                a["sched"],
+                W,
+                vocab,
+                batch,
+                args.chain,
+                args.feed,
+                bf16=a["bf16"],
+                target_temperature=a["temp"],
+            )
             a["step_seconds"].append(time.perf_counter() - t0)
             a["train_loss"].append(round(float(loss.detach()), 5))
         log(

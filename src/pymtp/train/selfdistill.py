@@ -153,7 +153,7 @@ def train(args, work: Path, log=print) -> dict:
     import torch
 
     from .head import HeadConfig, read_head_gguf, write_head_gguf
-    from .multistep import DraftVocab, chain_loss
+    from .multistep import DraftVocab
 
     dev = torch.device(args.device)
     if args.threads:
@@ -220,26 +220,19 @@ def train(args, work: Path, log=print) -> dict:
     stop = min(args.steps, args.stop_at or args.steps)
     while step < stop:
         t0, c0 = time.time(), time.process_time()
-        tokens, hidden, topk_ids, topk_logp, mask = crops.batch(rng, args.batch, dev)
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
-            loss, figs = chain_loss(
-                head,
-                W,
-                vocab,
-                tokens,
-                hidden,
-                topk_ids,
-                topk_logp,
-                mask,
-                args.chain,
-                feed=args.feed,
-                target_temperature=args.target_temp,
-            )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        batch = crops.batch(rng, args.batch, dev)
+        loss, figs = train_step(
+            head,
+            opt,
+            sched,
+            W,
+            vocab,
+            batch,
+            args.chain,
+            args.feed,
+            bf16=args.bf16,
+            target_temperature=args.target_temp,
+        )
         step += 1
         seconds += time.time() - t0
         cpu += time.process_time() - c0
@@ -272,6 +265,36 @@ def train(args, work: Path, log=print) -> dict:
         "first": curve[0],
         "final": [r for r in curve if "held_kl1" in r][-1],
     }
+
+
+def train_step(head, opt, sched, W, vocab, batch, chain: int, feed: str, *, bf16: bool, target_temperature: float):
+    """One optimiser step on a batch of crops: the chain loss (under bfloat16 autocast when
+    bf16), gradients clipped to norm 1, the schedule advanced. Returns (loss, per-step figures)."""
+    import torch
+
+    from .multistep import chain_loss
+
+    tokens, hidden, topk_ids, topk_logp, mask = batch
+    with torch.autocast(W.device.type, dtype=torch.bfloat16, enabled=bf16):
+        loss, figs = chain_loss(
+            head,
+            W,
+            vocab,
+            tokens,
+            hidden,
+            topk_ids,
+            topk_logp,
+            mask,
+            chain,
+            feed=feed,
+            target_temperature=target_temperature,
+        )
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss, figs
 
 
 def held_figures(head, W, vocab, batches: list, chain: int, feed: str) -> dict:
