@@ -61,6 +61,10 @@ def _random_blocks(qtype: QT, rows: int, cols: int, rng: np.random.Generator) ->
     return out.reshape(rows, cols // block * nbytes)
 
 
+#: tokens whose embedding holds its largest magnitude twice, with opposite signs
+TIED_TOKENS = {41: 1.0, 7: -1.0, 99: 1.0}
+
+
 def _matmul_model(path, qtype: QT, n_vocab_extra: int, n_embd: int = N_EMBD, seed: int = 0):
     """A llama whose logits are output.weight (of ``qtype``, ``n_embd`` wide) times
     rmsnorm(token embedding). Returns (path, token embeddings, output weights as float64)."""
@@ -92,6 +96,10 @@ def _matmul_model(path, qtype: QT, n_vocab_extra: int, n_embd: int = N_EMBD, see
         wr.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
 
     embd = rng.standard_normal((n_vocab, n_embd)).astype(np.float32)
+    # the largest |x| twice, with both signs (either first): the Q8_K quantizer of the
+    # activations takes the first one's sign, as the reference does
+    for tok, sign in TIED_TOKENS.items():
+        embd[tok, 5], embd[tok, 200] = 6.0 * sign, -6.0 * sign
     f32("token_embd.weight", embd)
     f32("output_norm.weight", np.ones(n_embd))
     f32("blk.0.attn_norm.weight", np.ones(n_embd))
@@ -137,11 +145,15 @@ NMSE = {
 # 304 output rows: Q4_0 and Q4_K weights go to the repacked (interleaved) layout on AVX2
 # (Q4_K: the small-batch kernel on block_q4_Kx8 for 1-8 rows);
 # 307 rows (3 more tokens): they stay in the plain layout. 1024 wide: 4 super-blocks a row.
+# (768 wide: 3, an odd count.)
 CASES = [(t, 0, N_EMBD) for t in NMSE] + [
     (QT.Q4_0, 3, N_EMBD),
     (QT.Q4_K, 3, N_EMBD),
     (QT.Q4_K, 0, 1024),
+    (QT.Q4_K, 3, 1024),
     (QT.Q5_K, 0, 1024),
+    (QT.Q6_K, 0, 1024),
+    (QT.Q6_K, 3, 768),
 ]
 
 
@@ -172,7 +184,9 @@ def test_matmul_agrees_with_float64_and_rows_do_not_depend_on_the_batch(tmp_path
 def test_repacked_q4_K_rows_equal_the_one_row_gemv(tmp_path):
     """Repacked Q4_K (block_q4_Kx8): batches of 1-8 rows run the small-batch kernel; above 8,
     llama.cpp's own code runs its 4-row gemm and its one-row gemv for the rows left over (the
-    9th-11th of 11). Those rows must equal the rows decoded alone: the kernel has the gemv's bits."""
+    9th-11th of 11), on activations quantized by llama.cpp's quantize_row_q8_K. Those rows must
+    equal the rows decoded alone: the kernel has the gemv's bits, and the small batches' vector
+    quantizer the reference's (tokens 41 and 7 hold their largest magnitude twice)."""
     path, _, _ = _matmul_model(tmp_path / "mm-Q4_K-wide.gguf", QT.Q4_K, 0, 1024)
     toks = [3, 77, 150, 201, 255, 12, 99, 180, 41, 230, 7]
     with pymtp.load(path, n_ctx=64) as model, pymtp.TargetContext(model, n_ctx=64, n_batch=16) as ctx:
