@@ -62,11 +62,11 @@ def _tokens(model: pymtp.Model, n: int, seed: int) -> list[int]:
     return [int(t) for t in rng.choice(normal, size=n)]
 
 
-def _run(model, prompt, cont, sizes, n_threads):
+def _run(model, prompt, cont, sizes, n_threads, n_ctx=1024):
     """Prefill the prompt, then decode cont in decodes of the given sizes: the trunk's logits
     and hidden rows of cont, and the head's logits for the same positions."""
     start = len(prompt)
-    with pymtp.TargetContext(model, n_ctx=1024, n_batch=1024, n_rs_seq=n_rs_seq_for(model), n_threads=n_threads) as t:
+    with pymtp.TargetContext(model, n_ctx=n_ctx, n_batch=n_ctx, n_rs_seq=n_rs_seq_for(model), n_threads=n_threads) as t:
         t.decode(prompt, 0)
         hidden_prompt = t.hidden().copy()
         logits, hidden = [], []
@@ -122,3 +122,26 @@ def test_a_row_in_a_batch_equals_the_row_alone(typed_model, family, wtype, start
         assert got.shape == want.shape
         diff = _first_difference(got, want)
         assert not diff, f"{family} {wtype} at {start}, {what}: {diff}"
+
+
+#: a long context: about 2,000 cells, where each row's visible cells span 8 chunks of 256 and
+#: the attention of a batch reads each K/V cell once for several query positions
+LONG_START = 1990
+#: the types whose attention runs the inline F16 path (F16 K/V cache) and the generic one
+LONG_TYPES = ("F32", "F16", "Q4_K_M")
+
+
+@pytest.mark.parametrize("wtype", LONG_TYPES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_row_in_a_batch_equals_the_row_alone_at_2000_cells(typed_model, family, wtype):
+    model = typed_model(family, wtype)
+    prompt = _tokens(model, LONG_START, seed=3)
+    cont = _tokens(model, N_CONT, seed=4)
+    alone = _run(model, prompt, cont, [1] * N_CONT, n_threads=1, n_ctx=2048)
+    batched = _run(model, prompt, cont, BATCHES, n_threads=2, n_ctx=2048)
+    for what, got, want in zip(("trunk logits", "hidden rows", "head logits"), batched, alone):
+        if want is None:
+            continue
+        assert got.shape == want.shape
+        diff = _first_difference(got, want)
+        assert not diff, f"{family} {wtype} at {LONG_START}, {what}: {diff}"

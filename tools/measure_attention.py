@@ -3,7 +3,7 @@
     flock /tmp/pymtp-bench.lock python tools/measure_attention.py \\
         --stock-ggml <stock build>/llama.cpp/ggml/src --patched-ggml build-k2/llama.cpp/ggml/src \\
         [--include <llama.cpp>/ggml/include] [--positions 100,2000] [--repeats 15] \\
-        [--batch-cost build/batch_cost.json]
+        [--layers 30] [--batch-cost build/batch_cost.json]
 
 tools/attention/fa_bench.cpp is built against each ggml (static libraries) and times one flash
 attention op of the default model's shape (9 query heads, 3 K/V heads of 64, F16 cache, view
@@ -52,9 +52,10 @@ def build(ggml_src: Path, include: Path, out: Path) -> Path:
     return out
 
 
-def time_op(exe: Path, pos: int, n: int, threads: int, repeats: int) -> float:
+def time_op(exe: Path, pos: int, n: int, threads: int, repeats: int, layers: int) -> float:
     s = SHAPE
     args = [str(exe), str(s["heads"]), str(s["heads_kv"]), str(s["dim"]), str(pos), str(n), str(threads), str(repeats)]
+    args.append(str(layers))
     return float(subprocess.run(args, check=True, capture_output=True, text=True).stdout.split()[0])
 
 
@@ -77,6 +78,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15, help="timed ops per measurement (median)")
     ap.add_argument("--rounds", type=int, default=3, help="alternations of the two builds (median of medians)")
     ap.add_argument("--threads", type=int, default=None, help="threads (default: pymtp's default)")
+    ap.add_argument(
+        "--layers",
+        type=int,
+        default=SHAPE["layers"],
+        help="ops in the timed graph, each with K/V of its own (default: the model's 30, so the cells come "
+        "from memory as in a decode; 1: the same op again, its cells in cache)",
+    )
     ap.add_argument("--batch-cost", type=Path, default=None, help="JSON of tools/measure_batch_cost.py")
     ap.add_argument("--work", type=Path, default=Path("build/attention"))
     a = ap.parse_args()
@@ -102,7 +110,7 @@ def main() -> None:
         for pos in positions:
             for n in range(1, 9):
                 for lib in ("stock", "patched"):
-                    times.setdefault((lib, pos, n), []).append(time_op(exes[lib], pos, n, a.threads, a.repeats))
+                    times.setdefault((lib, pos, n), []).append(time_op(exes[lib], pos, n, a.threads, a.repeats, a.layers))
     med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
     cost = {}
@@ -117,7 +125,7 @@ def main() -> None:
     L = SHAPE["layers"]
     print(
         f"# {cpu_name()}, {os.cpu_count()} CPUs, {a.threads} thread(s); flash attention of the default model's "
-        f"shape, medians of {a.rounds} x {a.repeats}"
+        f"shape, medians of {a.rounds} x {a.repeats}, {a.layers} op(s) with K/V of their own per graph"
     )
     head = (
         f"{'pos':>5} {'n':>2} {'stock us':>9} {'patched us':>10} {'p/s':>5} {'x30 stock ms':>12} {'x30 patched ms':>14}"
