@@ -21,6 +21,7 @@ from pymtp.bench.sampling import PRESETS
 from pymtp.generate import generate
 from pymtp.policy import AutoPolicy
 from pymtp.session import Session
+from pymtp.stats import SpecStats
 
 
 class Tracer:
@@ -82,6 +83,17 @@ def show(steps: list[dict]) -> None:
         )
 
 
+def add_stats(total: SpecStats, s: SpecStats) -> None:
+    """Sum a generation's counters into total (steps, tokens, seconds, per-position counts)."""
+    for f in ("n_steps", "n_drafted", "n_accepted", "n_emitted", "t_draft", "t_verify", "t_total"):
+        setattr(total, f, getattr(total, f) + getattr(s, f))
+    for mine, theirs in ((total.drafted_at, s.drafted_at), (total.accepted_at, s.accepted_at)):
+        mine.extend([0] * (len(theirs) - len(mine)))
+        for i, x in enumerate(theirs):
+            mine[i] += x
+    total.k_chosen.extend(s.k_chosen)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="echo-70", help="a pymtp bench --model value")
@@ -99,6 +111,7 @@ def main() -> None:
     variants["auto"] = SpecConfig(policy="auto", n_draft=max(drafts))
     prompts = code_prompts(1) + prose_prompts(1)
     tps: dict[str, list[float]] = {v: [] for v in variants}
+    totals: dict[str, SpecStats] = {v: SpecStats() for v in variants}
     with Session(resolve_model(args.model), n_ctx=2048, n_threads=args.threads) as s:
         kw = st.generate_kwargs()
         for spec in variants.values():  # warm-up (and the calibration), as pymtp bench does
@@ -113,6 +126,7 @@ def main() -> None:
                         )
                         wall = time.perf_counter() - t0
                     tps[name].append(len(r.tokens) / max(wall - r.stats.t_prefill, 1e-9))
+                    add_stats(totals[name], r.stats)
                     if name == "auto":
                         print(f"--- repeat {rep} {p.kind}: auto {tps[name][-1]:.1f} tok/s, {r.stats.n_steps} steps")
                         if not args.quiet:
@@ -122,6 +136,17 @@ def main() -> None:
     for name, v in tps.items():
         m = statistics.median(v)
         print(f"{name:8s} {m:7.1f} tok/s  x plain {m / plain:4.2f}  {[round(x) for x in v]}")
+    print("\nper variant, all runs: tokens per step, ms per step (verify, draft), acceptance by position")
+    for name, t in totals.items():
+        n = max(t.n_steps, 1)
+        reach = [float("inf"), *t.accepted_at]  # (about) the steps that reached position i
+        cond = [a / min(d, r) if min(d, r) else 0.0 for a, d, r in zip(t.accepted_at, t.drafted_at, reach)]
+        ks = {k: t.k_chosen.count(k) for k in sorted(set(t.k_chosen))}
+        print(
+            f"{name:8s} {t.tokens_per_step:4.2f} tok/step  {t.t_total / n * 1e3:6.1f} ms/step (verify "
+            f"{t.t_verify / n * 1e3:5.1f}, draft {t.t_draft / n * 1e3:4.1f})  acceptance {[round(x, 2) for x in cond]}"
+            + (f"  k chosen {ks}" if ks else "")
+        )
 
 
 if __name__ == "__main__":

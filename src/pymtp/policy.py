@@ -4,7 +4,8 @@
   most expected tokens per second,
 
       E[tokens](k) / cost(k),   E[tokens](k) = 1 + sum_{i<=k} prod_{j<=i} kept_j * a_j,
-      cost(k) = c_verify(1 + E[rows]) + E[head decodes] * c_draft     (k = 0: a plain step),
+      cost(k) = c_verify(1 + E[rows]) + E[head decodes] * c_draft,
+      cost(0) = c_verify(1) + c_catch                                 (a plain step),
 
   with a_j the recent acceptance at draft position j (decayed counts with a prior), kept_j how
   often the confidence cut keeps the head's token there (a dropped token ends the draft: its
@@ -12,7 +13,8 @@
   predicted by a CostModel of this model on this machine. The same without the cut (kept_j = 1,
   the acceptance of every drafted token) competes: a head that understates its tokens' chance
   drafts without it. While k = 0 wins it drafts now and then (a probe, with backoff) so that its
-  estimates stay current.
+  estimates stay current; the head is then fed every token the plain steps emitted (c_catch per
+  token, which the plain step's cost carries: each plain token is fed at the next draft).
 * ``fixed`` / ``adaptive`` (DraftPolicy, pymtp.fixed_policy): the earlier policies (a fixed
   length with cooldown; a line fitted to verify times), kept for research and benchmarks.
 
@@ -218,6 +220,7 @@ class AutoPolicy:
         self._t_chosen = 0.0
         self._drafted_last = True  # the head's queue holds only the last step's tokens
         self._drafted_once = False
+        self._missed = 0  # tokens of plain steps since the last draft (the head's catch-up)
         self.trace: list[Choice] = []
         self.last_rates: list[float] = []
 
@@ -254,7 +257,9 @@ class AutoPolicy:
         self.last_rates = rates
         c = self.costs
         c_draft, o_plain, o_draft = c.draft_cost(self.mode), c.overhead(False, self.mode), c.overhead(True, self.mode)
-        gain, cost = [tokens_before + 1.0], [c.verify(rows_before + 1, n_past) + o_plain]
+        # (a plain step's token is fed to the head at the next draft, a probe's or not: counted
+        # here, a run of plain steps looked free of it, and each probe after one paid it)
+        gain, cost = [tokens_before + 1.0], [c.verify(rows_before + 1, n_past) + o_plain + c.catch_up(self.mode)]
         reach, kept, rows, decodes = 1.0, 1.0, 0.0, 0.0
         for j in range(self.n_max):
             decodes += kept
@@ -394,6 +399,11 @@ class AutoPolicy:
             # only the kept ones made a draft token seem 2-3x dearer than it is)
             if decodes and self._drafted_last and self._drafted_once:
                 self.costs.observe_draft(decodes, t_draft, self.mode)
+            elif decodes and self._missed and self._drafted_once and self.costs.draft_timings(self.mode) >= 1:
+                # after plain steps: what the draft took beyond its draft tokens fed the head
+                # the tokens it missed
+                extra = t_draft - decodes * self.costs.draft_cost(self.mode)
+                self.costs.observe_catch_up(self._missed, max(0.0, extra), self.mode)
         if decodes and self.p_min > 0.0:
             self.kept.count(decodes, n_drafted)
             if n_drafted:
@@ -429,6 +439,7 @@ class AutoPolicy:
             self.probes.plain_run = 0
         # (the head consumed its queue of missed tokens when it decoded, kept tokens or not)
         self._drafted_last = decodes > 0
+        self._missed = 0 if decodes else self._missed + n_accepted + 1
         self.asked = 0
 
     @property
