@@ -249,6 +249,20 @@ def test_a_longer_draft_that_the_calibration_made_too_dear_is_tried():
     assert ks[-50:] == [4] * 50
 
 
+def test_longer_drafts_that_lose_are_tried_rarely_once_timed():
+    """Drafts one token longer than the best time the longer verify; once it was timed often
+    (its cost learned), they come every PROBE_MAX steps, not every PROBE_FIRST for good."""
+    truth = {1: 1.0, 2: 1.3, 3: 1.6, 4: 1.9, 5: 3.5}  # a fifth row costs 1.6 rows: k = 4 loses
+    p = auto(costs=CostModel(truth, 0.02))
+    ks = []
+    for _ in range(600):
+        k = p.next_length(0)
+        p.update(k, k, 0.02 * k, truth[k + 1])
+        ks.append(k)
+    assert sorted(ks[-300:])[150] == 3
+    assert ks[-300:].count(4) <= 300 // PROBE_MAX + 1
+
+
 def test_length_follows_acceptance_and_costs():
     # acceptance 0.7 per position: with a cheap verify a long draft pays, with a dearer one less
     cheap = run(auto(n_draft=8), lambda step: 0.7, 300)

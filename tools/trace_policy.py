@@ -50,6 +50,11 @@ class Tracer:
                 cutting=policy.cutting,
                 rates_all=policy.acceptance_all.rates(),
                 rates=policy.acceptance.rates(),
+                # the verify of n rows over one row's, n = 2 .. K + 1
+                shape=[
+                    c.verify(rows_before + n, n_past) / c.verify(rows_before + 1, n_past)
+                    for n in range(2, policy.n_max + 2)
+                ],
             )
             return k
 
@@ -60,6 +65,9 @@ class Tracer:
             d["kept"] = policy.kept.rates()
             d["t_step"] = time.perf_counter() - policy._t_chosen
             d["conf"] = list(confidence or ())
+            # the verify's predicted seconds for the rows it had (a cut may drop some), before
+            # the step teaches the costs
+            d["verify_rows"] = policy.costs.verify(policy._rows_before + n_drafted + 1, policy._pos)
             tracer.steps.append(d)
             return tracer._update(policy, n_drafted, n_accepted, t_draft, t_verify, confidence=confidence)
 
@@ -79,7 +87,8 @@ def show(steps: list[dict]) -> None:
             f"draft {d['t_draft'] * 1e3:5.2f})  tok/s by k {[round(x) for x in d['tps']]} "
             f"({'under the cut' if d['cutting'] else 'no cut'}; the other: {[round(x) for x in d['tps_other']]})  "
             f"acceptance {[round(r, 2) for r in d['rates']]} kept {[round(r, 2) for r in d['kept']]} "
-            f"of all (no cut) {[round(r, 2) for r in d['rates_all']]} cut {d['cut']:.2f}"
+            f"of all (no cut) {[round(r, 2) for r in d['rates_all']]} cut {d['cut']:.2f} "
+            f"c(n)/c(1) {[round(r, 2) for r in d['shape']]}"
         )
 
 
@@ -112,6 +121,7 @@ def main() -> None:
     prompts = code_prompts(1) + prose_prompts(1)
     tps: dict[str, list[float]] = {v: [] for v in variants}
     totals: dict[str, SpecStats] = {v: SpecStats() for v in variants}
+    verify_ratio: dict[int, list[float]] = {}  # auto: rows -> measured / predicted verify seconds
     with Session(resolve_model(args.model), n_ctx=2048, n_threads=args.threads) as s:
         kw = st.generate_kwargs()
         for spec in variants.values():  # warm-up (and the calibration), as pymtp bench does
@@ -131,6 +141,9 @@ def main() -> None:
                         print(f"--- repeat {rep} {p.kind}: auto {tps[name][-1]:.1f} tok/s, {r.stats.n_steps} steps")
                         if not args.quiet:
                             show(tr.steps)
+                        for d in tr.steps:
+                            if d["t_verify"] > 0:
+                                verify_ratio.setdefault(d["nd"] + 1, []).append(d["t_verify"] / d["verify_rows"])
     print(f"\n{args.model} {args.sampling}, {args.tokens} tokens, threads {args.threads}: medians (runs)")
     plain = statistics.median(tps["plain"])
     for name, v in tps.items():
@@ -147,6 +160,10 @@ def main() -> None:
             f"{t.t_verify / n * 1e3:5.1f}, draft {t.t_draft / n * 1e3:4.1f})  acceptance {[round(x, 2) for x in cond]}"
             + (f"  k chosen {ks}" if ks else "")
         )
+    print("auto, verify measured / predicted by rows (median, steps):", end="")
+    for n, v in sorted(verify_ratio.items()):
+        print(f"  {n}: {statistics.median(v):.2f} ({len(v)})", end="")
+    print()
 
 
 if __name__ == "__main__":

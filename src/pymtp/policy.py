@@ -60,9 +60,11 @@ PROBE_MIN, PROBE_BUDGET, PROBE_CAP = 4, 0.02, 256
 #: valid), the step after a probe drafts once more to time a draft token without the head's
 #: catch-up on the tokens it missed (a probe's draft time is no measure of a draft token).
 RETIME_UNTIL = 3
-#: Verifies of a row count, one row longer than the best draft's, timed before those longer
-#: drafts come less often.
-STRETCH_SEEN = 24
+#: Verifies of a row count, one row longer than the best draft's, timed (decayed) before those
+#: longer drafts come less often. (The costs' decayed count tends to their window, 24, and never
+#: reaches it: at 24 the longer drafts came every PROBE_FIRST steps for good, 12% of the steps
+#: drafting one token more than the best.)
+STRETCH_SEEN = 16
 #: The highest confidence cut auto sets (a head's top probability is seldom above it).
 P_MIN_CAP = 0.9
 #: Drafts go without the cut only when expected to earn this much more than under it (where the
