@@ -3,7 +3,7 @@
 * ``auto`` (AutoPolicy, the default): each step, the draft length k in {0, 1, ..., K} with the
   most expected tokens per second,
 
-      E[tokens](k) / cost(k),   E[tokens](k) = 1 + sum_{i<=k} prod_{j<=i} kept_j * a_j,
+      E_tokens(k) / cost(k),   E_tokens(k) = 1 + sum_{i<=k} prod_{j<=i} kept_j * a_j,
       cost(k) = c_verify(1 + E[rows]) + E[head decodes] * c_draft,
       cost(0) = c_verify(1) + c_catch                                 (a plain step),
 
@@ -251,7 +251,7 @@ class AutoPolicy:
     def expected(
         self, n_past: int = 0, rows_before: int = 0, tokens_before: float = 0.0, *, cut: bool = True
     ) -> tuple[list[float], list[float]]:
-        """E[tokens](k) and cost(k) for k = 0..K at position n_past, of the whole verify: beside
+        """E_tokens(k) and cost(k) for k = 0..K at position n_past, of the whole verify: beside
         rows_before rows of other sequences, which yield tokens_before tokens (in a Batch).
 
         cut: under the confidence cut, whose drops end a draft: position j is decoded by the head
