@@ -112,6 +112,35 @@ def test_expensive_verify_means_plain_even_at_full_acceptance():
     assert all(k <= 1 for k in ks[10:])
 
 
+def test_a_dip_under_the_break_even_does_not_keep_plain_steps():
+    """Drafting earns 8% more than plain steps (two-token drafts at 0.7 acceptance; the break-even
+    rate is about 0.61), but the estimate, with its 16-step window, dips under 0.61 now and then.
+    Plain steps then froze it, and a probe, counted once, moved it by 1/16: plain steps stayed, on
+    73% of the steps. A probe after plain steps counts up to twice now."""
+    table = {1: 1.07, 2: 1.54, 3: 1.80, 4: 2.20, 5: 2.56}  # echo-70's verify, 1 thread (x 10 ms)
+    c_draft, rate = 0.18, 0.7
+
+    def true_tps(k):
+        return sum(rate**i for i in range(k + 1)) / (table[k + 1] + k * c_draft)
+
+    ks = []
+    for seed in range(10):
+        p = auto(costs=CostModel.table(table, c_draft))
+        rng = random.Random(seed)
+        for step in range(400):
+            k = p.next_length(100)
+            n_acc = 0
+            while n_acc < k and rng.random() < rate:
+                n_acc += 1
+            p.update(k, n_acc, 0.0, 1.0)
+            if step >= 30:
+                ks.append(k)
+    best = max(true_tps(k) for k in range(5))
+    assert true_tps(0) < 0.93 * best
+    assert ks.count(0) / len(ks) < 0.5
+    assert sum(true_tps(k) for k in ks) / len(ks) > 0.95 * best
+
+
 def test_probes_that_go_as_expected_back_off():
     """Plain steps win at acceptance 0.7 with a dear verify: probes accept some tokens, as the
     estimate says they would; that is no news, so they back off (they do not come every few
