@@ -1,7 +1,7 @@
 #!/bin/bash
 # round 4 (#29): main against the policy4 branch, whole `pymtp bench` runs alternating (the order
 # flipping by round), each under bench-quiet; both trees are snapshots (git archive) so that
-# neither moves during the rounds, and use the same native library (main's tree, kernels4 merged).
+# neither moves during the rounds (SIDES: the snapshots to run, /tmp/p4/snap-SIDE), and use the same native library (main's tree, kernels4 merged).
 # usage: run.sh GROUP ROUND        GROUP: big (the ~1.5B echo fixture), echo, default
 set -e
 group=$1; round=$2
@@ -11,7 +11,8 @@ case $group in
   echo) args="--model echo-100 --model echo-70 --model deep --prompts both --n-prompts 1 --sampling greedy,qwen --drafts 1,2,3,4 --repeats 1 --max-tokens 48 --threads 1";;
   default) args="--model default --prompts both --n-prompts 2 --sampling greedy,qwen --drafts 1,2,3 --repeats 1 --max-tokens 48 --threads 1";;
 esac
-order="main branch"; [ $((round % 2)) = 0 ] && order="branch main"
+sides=${SIDES:-main branch}
+order="$sides"; [ $((round % 2)) = 0 ] && order=$(echo $sides | tr " " "\n" | tac | tr "\n" " ")
 for side in $order; do
   src=/tmp/p4/snap-$side/src
   out=/tmp/p4/r4/$side-$group-r$round
