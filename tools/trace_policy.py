@@ -21,6 +21,7 @@ from pymtp.bench.sampling import PRESETS
 from pymtp.generate import generate
 from pymtp.policy import AutoPolicy
 from pymtp.session import Session
+from pymtp.stats import SpecStats
 
 
 class Tracer:
@@ -49,6 +50,11 @@ class Tracer:
                 cutting=policy.cutting,
                 rates_all=policy.acceptance_all.rates(),
                 rates=policy.acceptance.rates(),
+                # the verify of n rows over one row's, n = 2 .. K + 1
+                shape=[
+                    c.verify(rows_before + n, n_past) / c.verify(rows_before + 1, n_past)
+                    for n in range(2, policy.n_max + 2)
+                ],
             )
             return k
 
@@ -59,6 +65,9 @@ class Tracer:
             d["kept"] = policy.kept.rates()
             d["t_step"] = time.perf_counter() - policy._t_chosen
             d["conf"] = list(confidence or ())
+            # the verify's predicted seconds for the rows it had (a cut may drop some), before
+            # the step teaches the costs
+            d["verify_rows"] = policy.costs.verify(policy._rows_before + n_drafted + 1, policy._pos)
             tracer.steps.append(d)
             return tracer._update(policy, n_drafted, n_accepted, t_draft, t_verify, confidence=confidence)
 
@@ -78,8 +87,20 @@ def show(steps: list[dict]) -> None:
             f"draft {d['t_draft'] * 1e3:5.2f})  tok/s by k {[round(x) for x in d['tps']]} "
             f"({'under the cut' if d['cutting'] else 'no cut'}; the other: {[round(x) for x in d['tps_other']]})  "
             f"acceptance {[round(r, 2) for r in d['rates']]} kept {[round(r, 2) for r in d['kept']]} "
-            f"of all (no cut) {[round(r, 2) for r in d['rates_all']]} cut {d['cut']:.2f}"
+            f"of all (no cut) {[round(r, 2) for r in d['rates_all']]} cut {d['cut']:.2f} "
+            f"c(n)/c(1) {[round(r, 2) for r in d['shape']]}"
         )
+
+
+def add_stats(total: SpecStats, s: SpecStats) -> None:
+    """Sum a generation's counters into total (steps, tokens, seconds, per-position counts)."""
+    for f in ("n_steps", "n_drafted", "n_accepted", "n_emitted", "t_draft", "t_verify", "t_total"):
+        setattr(total, f, getattr(total, f) + getattr(s, f))
+    for mine, theirs in ((total.drafted_at, s.drafted_at), (total.accepted_at, s.accepted_at)):
+        mine.extend([0] * (len(theirs) - len(mine)))
+        for i, x in enumerate(theirs):
+            mine[i] += x
+    total.k_chosen.extend(s.k_chosen)
 
 
 def main() -> None:
@@ -99,6 +120,8 @@ def main() -> None:
     variants["auto"] = SpecConfig(policy="auto", n_draft=max(drafts))
     prompts = code_prompts(1) + prose_prompts(1)
     tps: dict[str, list[float]] = {v: [] for v in variants}
+    totals: dict[str, SpecStats] = {v: SpecStats() for v in variants}
+    verify_ratio: dict[int, list[float]] = {}  # auto: rows -> measured / predicted verify seconds
     with Session(resolve_model(args.model), n_ctx=2048, n_threads=args.threads) as s:
         kw = st.generate_kwargs()
         for spec in variants.values():  # warm-up (and the calibration), as pymtp bench does
@@ -113,15 +136,34 @@ def main() -> None:
                         )
                         wall = time.perf_counter() - t0
                     tps[name].append(len(r.tokens) / max(wall - r.stats.t_prefill, 1e-9))
+                    add_stats(totals[name], r.stats)
                     if name == "auto":
                         print(f"--- repeat {rep} {p.kind}: auto {tps[name][-1]:.1f} tok/s, {r.stats.n_steps} steps")
                         if not args.quiet:
                             show(tr.steps)
+                        for d in tr.steps:
+                            if d["t_verify"] > 0:
+                                verify_ratio.setdefault(d["nd"] + 1, []).append(d["t_verify"] / d["verify_rows"])
     print(f"\n{args.model} {args.sampling}, {args.tokens} tokens, threads {args.threads}: medians (runs)")
     plain = statistics.median(tps["plain"])
     for name, v in tps.items():
         m = statistics.median(v)
         print(f"{name:8s} {m:7.1f} tok/s  x plain {m / plain:4.2f}  {[round(x) for x in v]}")
+    print("\nper variant, all runs: tokens per step, ms per step (verify, draft), acceptance by position")
+    for name, t in totals.items():
+        n = max(t.n_steps, 1)
+        reach = [float("inf"), *t.accepted_at]  # (about) the steps that reached position i
+        cond = [a / min(d, r) if min(d, r) else 0.0 for a, d, r in zip(t.accepted_at, t.drafted_at, reach)]
+        ks = {k: t.k_chosen.count(k) for k in sorted(set(t.k_chosen))}
+        print(
+            f"{name:8s} {t.tokens_per_step:4.2f} tok/step  {t.t_total / n * 1e3:6.1f} ms/step (verify "
+            f"{t.t_verify / n * 1e3:5.1f}, draft {t.t_draft / n * 1e3:4.1f})  acceptance {[round(x, 2) for x in cond]}"
+            + (f"  k chosen {ks}" if ks else "")
+        )
+    print("auto, verify measured / predicted by rows (median, steps):", end="")
+    for n, v in sorted(verify_ratio.items()):
+        print(f"  {n}: {statistics.median(v):.2f} ({len(v)})", end="")
+    print()
 
 
 if __name__ == "__main__":

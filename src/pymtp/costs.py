@@ -9,7 +9,9 @@ how much slower than the calibration this machine runs now (the median of the la
 whatever their row count: a burst of load or a preempted step moves every row count alike, and
 one outlier moves none), and shape(n), a slow correction of W(n)'s shape per row count. A draft
 token's seconds are learned relative to the same load (a draft timed under load stays right when
-the load goes), per mode (greedy or sampled drafts), as is a step's overhead outside the decodes.
+the load goes), per mode (greedy or sampled drafts), as are a step's overhead outside the decodes
+and the head's catch-up: the seconds per token a draft after plain steps spends feeding the head
+the tokens those steps emitted (every plain step's token is fed to the head at the next draft).
 """
 
 from __future__ import annotations
@@ -22,9 +24,16 @@ import weakref
 
 import numpy as np
 
-#: Calibration: seconds it may take, and repeats per row count (the fastest one counts).
+#: Calibration: seconds it may take, and repeats per row count (the fastest one counts). One row,
+#: two rows and the most rows are measured whatever the budget: on a large model the budget held
+#: one and two rows only, and the rest, extrapolated from their slope, came out 15-25% too cheap
+#: (the ~1.5B echo fixture: 4 rows 1.33x one row against 1.46-1.62x measured), which the load
+#: then took on for every row count.
 CALIBRATION_BUDGET = 0.4
 CALIBRATION_REPEATS = 3
+#: The head's catch-up per token before it was timed, relative to a draft token (a batch of
+#: fed rows costs the head less per row than one decode).
+CATCH_UP_PRIOR = 0.25
 #: Verifies the load is the median of.
 LOAD_SPAN = 9
 #: Pseudo-counts of the calibration's shape of W(n) against the learned one.
@@ -53,6 +62,7 @@ class CostModel:
         learn: bool = True,
         window: int = 24,
         overhead: tuple[float, float] = (0.0, 0.0),
+        catch_up: float = 0.0,
     ) -> None:
         if 1 not in rows or any(n < 1 or t <= 0 for n, t in rows.items()):
             raise ValueError("a cost table needs positive seconds for 1 row (and any other row counts >= 1)")
@@ -63,6 +73,7 @@ class CostModel:
         self._decay = 1.0 - 1.0 / window
         self._c_draft = float(c_draft)  # priors: a draft token, a plain / drafting step's overhead
         self._overhead = list(overhead)
+        self._catch_up = max(0.0, float(catch_up))  # prior: the head's seconds per missed token
         self._means: dict[tuple, list[float]] = {}  # learned: key -> [decayed mean, weight]
         self._w: dict[int, float] = {}
         # the last verifies: (rows, measured / (calibrated * shape))
@@ -73,10 +84,15 @@ class CostModel:
 
     @classmethod
     def table(
-        cls, rows: dict[int, float], c_draft: float, attn: float = 0.0, overhead: tuple[float, float] = (0.0, 0.0)
+        cls,
+        rows: dict[int, float],
+        c_draft: float,
+        attn: float = 0.0,
+        overhead: tuple[float, float] = (0.0, 0.0),
+        catch_up: float = 0.0,
     ) -> CostModel:
         """A fixed cost table (no calibration, no learning): for tests and what-ifs."""
-        return cls(rows, c_draft, attn, learn=False, overhead=overhead)
+        return cls(rows, c_draft, attn, learn=False, overhead=overhead, catch_up=catch_up)
 
     def weights(self, n: int) -> float:
         """W(n): the calibrated seconds of n rows at the start of a context (cached per n: the
@@ -145,6 +161,17 @@ class CostModel:
         handing rows over): a plain step's, or a drafting step's."""
         return self._mean(("overhead", drafting, mode), self._overhead[int(drafting)])
 
+    def catch_up(self, mode: str = "greedy") -> float:
+        """Seconds per token the head spends, at the next draft, on a token a plain step emitted
+        (at the current load)."""
+        return self._mean(("catch", mode), self._catch_up) * self.load()
+
+    def observe_catch_up(self, n_tokens: int, seconds: float, mode: str = "greedy") -> None:
+        """A draft after plain steps spent these seconds (beyond its draft tokens') feeding the
+        head the n_tokens those steps emitted."""
+        if n_tokens >= 1 and seconds >= 0:
+            self._observe(("catch", mode), self._catch_up, 0.0, seconds / n_tokens / self.load(), clip=True)
+
     def observe_overhead(self, drafting: bool, seconds: float, mode: str = "greedy") -> None:
         if seconds >= 0:
             self._observe(("overhead", drafting, mode), self._overhead[int(drafting)], 0.0, seconds)
@@ -196,6 +223,7 @@ class CostModel:
             "attn": self.attn,
             "c_draft": {m: self.draft_cost(m) for m in ("greedy", "sample")},
             "overhead": {m: [self.overhead(False, m), self.overhead(True, m)] for m in ("greedy", "sample")},
+            "catch_up": {m: self.catch_up(m) for m in ("greedy", "sample")},
             "load": self.load(),
             "shape": {n: self.shape(n) for n in sorted(self._shape)},
         }
@@ -210,7 +238,7 @@ def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_thr
 
     t_start = time.perf_counter()
     sizes = sorted({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64} & set(range(1, max_rows + 1)) | {max_rows})
-    order = [1, 2, max_rows] + [n for n in sizes if n not in (1, 2, max_rows)]
+    order = list(dict.fromkeys([1, 2, max_rows, *sizes]))
     fill = 256  # positions for the attention measurement
     n_ctx = fill + max(max_rows, 16) + 8
     ctx = TargetContext(model, n_ctx=n_ctx, n_batch=max(fill, max_rows), n_threads=n_threads)
@@ -245,8 +273,9 @@ def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_thr
         # machine does not fall on one row count alone; later rounds add row counts while the
         # budget lasts.
         rows: dict[int, float] = {}
+        needed = min(3, len(order))  # 1, 2 and max_rows: measured whatever the budget
         for n in order:
-            if len(rows) >= 2 and time.perf_counter() - t_start > budget * 0.6:
+            if len(rows) >= needed and time.perf_counter() - t_start > budget * 0.6:
                 break
             rows[n] = float("inf")
             for m, t in rows.items():
@@ -273,7 +302,7 @@ def calibrate(model, max_rows: int, *, budget: float = CALIBRATION_BUDGET, n_thr
     # Prior for a draft token: the head is about one block of the trunk's n_layer plus a head;
     # the speculator's own timings replace it after the first drafting steps.
     c_draft = rows[1] * min(0.5, 2.0 / (getattr(model, "n_layer", 8) + 1))
-    return CostModel(rows, c_draft, attn)
+    return CostModel(rows, c_draft, attn, catch_up=CATCH_UP_PRIOR * c_draft)
 
 
 def _median(xs: list[float]) -> float:

@@ -3,8 +3,9 @@
 * ``auto`` (AutoPolicy, the default): each step, the draft length k in {0, 1, ..., K} with the
   most expected tokens per second,
 
-      E[tokens](k) / cost(k),   E[tokens](k) = 1 + sum_{i<=k} prod_{j<=i} kept_j * a_j,
-      cost(k) = c_verify(1 + E[rows]) + E[head decodes] * c_draft     (k = 0: a plain step),
+      E_tokens(k) / cost(k),   E_tokens(k) = 1 + sum_{i<=k} prod_{j<=i} kept_j * a_j,
+      cost(k) = c_verify(1 + E[rows]) + E[head decodes] * c_draft,
+      cost(0) = c_verify(1) + c_catch                                 (a plain step),
 
   with a_j the recent acceptance at draft position j (decayed counts with a prior), kept_j how
   often the confidence cut keeps the head's token there (a dropped token ends the draft: its
@@ -12,7 +13,8 @@
   predicted by a CostModel of this model on this machine. The same without the cut (kept_j = 1,
   the acceptance of every drafted token) competes: a head that understates its tokens' chance
   drafts without it. While k = 0 wins it drafts now and then (a probe, with backoff) so that its
-  estimates stay current.
+  estimates stay current; the head is then fed every token the plain steps emitted (c_catch per
+  token, which the plain step's cost carries: each plain token is fed at the next draft).
 * ``fixed`` / ``adaptive`` (DraftPolicy, pymtp.fixed_policy): the earlier policies (a fixed
   length with cooldown; a line fitted to verify times), kept for research and benchmarks.
 
@@ -54,13 +56,20 @@ PROBE_FIRST, PROBE_MAX = 8, 64
 #: ... the shortest gap, after accepted probes; the share of the time probes may lose at most,
 #: and the longest gap that share may ask for.
 PROBE_MIN, PROBE_BUDGET, PROBE_CAP = 4, 0.02, 256
+#: A probe after n plain steps counts min(PROBE_WEIGHT, 1 + n / PROBE_FIRST) times in the
+#: acceptance: it stands for steps whose acceptance went unseen. (Counted once, a probe moved an
+#: estimate frozen since the plain steps began by 1/16: a dip of the estimate under the break-even
+#: rate kept plain steps for good, 73% of the steps where drafting earns 8% more, in the test.)
+PROBE_WEIGHT = 2.0
 #: Until the draft cost was timed this often (per mode: relative to the machine's load, it stays
 #: valid), the step after a probe drafts once more to time a draft token without the head's
 #: catch-up on the tokens it missed (a probe's draft time is no measure of a draft token).
 RETIME_UNTIL = 3
-#: Verifies of a row count, one row longer than the best draft's, timed before those longer
-#: drafts come less often.
-STRETCH_SEEN = 24
+#: Verifies of a row count, one row longer than the best draft's, timed (decayed) before those
+#: longer drafts come less often. (The costs' decayed count tends to their window, 24, and never
+#: reaches it: at 24 the longer drafts came every PROBE_FIRST steps for good, 12% of the steps
+#: drafting one token more than the best.)
+STRETCH_SEEN = 16
 #: The highest confidence cut auto sets (a head's top probability is seldom above it).
 P_MIN_CAP = 0.9
 #: Drafts go without the cut only when expected to earn this much more than under it (where the
@@ -71,6 +80,12 @@ FREE_MARGIN = 1.02
 FREE_EVIDENCE = 2.0
 #: Drafts without the cut checked (decayed) before those among drafts under it come less often.
 FREE_SEEN = 8.0
+#: The draft length of the last steps stays until another is expected to earn this much more.
+#: (Each step's estimates move with every accepted or rejected token and every timing: near a
+#: tie the best length flipped with them, and each flip went to the length the noise favoured,
+#: e.g. 3-token drafts on 27% of the steps where they earn 6% less than 2-token ones.) Plain
+#: steps take over without a margin: a draft that loses to them is not held.
+HOLD_MARGIN = 1.03
 # ---- acceptance -----------------------------------------------------------------------------------
 
 
@@ -100,15 +115,16 @@ class Acceptance:
         self.reached = [x * factor for x in self.reached]
         self.accepted = [x * factor for x in self.accepted]
 
-    def update(self, n_drafted: int, n_accepted: int) -> None:
+    def update(self, n_drafted: int, n_accepted: int, weight: float = 1.0) -> None:
         checked = min(n_drafted, n_accepted + 1)  # tokens past the first rejection go unchecked
-        self.count(checked, n_accepted)
+        self.count(checked, n_accepted, weight)
 
-    def count(self, n_reached: int, n_passed: int) -> None:
-        """The first n_reached positions were tried, the first n_passed of them passed."""
+    def count(self, n_reached: int, n_passed: int, weight: float = 1.0) -> None:
+        """The first n_reached positions were tried, the first n_passed of them passed (counted
+        `weight` times)."""
         d = self._decay
-        self.reached = [x * d + (i < n_reached) for i, x in enumerate(self.reached)]
-        self.accepted = [x * d + (i < n_passed) for i, x in enumerate(self.accepted)]
+        self.reached = [x * d + weight * (i < n_reached) for i, x in enumerate(self.reached)]
+        self.accepted = [x * d + weight * (i < n_passed) for i, x in enumerate(self.accepted)]
 
 
 @dataclass
@@ -218,6 +234,8 @@ class AutoPolicy:
         self._t_chosen = 0.0
         self._drafted_last = True  # the head's queue holds only the last step's tokens
         self._drafted_once = False
+        self._missed = 0  # tokens of plain steps since the last draft (the head's catch-up)
+        self._held = 0  # the draft length chosen last (probes aside)
         self.trace: list[Choice] = []
         self.last_rates: list[float] = []
 
@@ -239,7 +257,7 @@ class AutoPolicy:
     def expected(
         self, n_past: int = 0, rows_before: int = 0, tokens_before: float = 0.0, *, cut: bool = True
     ) -> tuple[list[float], list[float]]:
-        """E[tokens](k) and cost(k) for k = 0..K at position n_past, of the whole verify: beside
+        """E_tokens(k) and cost(k) for k = 0..K at position n_past, of the whole verify: beside
         rows_before rows of other sequences, which yield tokens_before tokens (in a Batch).
 
         cut: under the confidence cut, whose drops end a draft: position j is decoded by the head
@@ -254,7 +272,9 @@ class AutoPolicy:
         self.last_rates = rates
         c = self.costs
         c_draft, o_plain, o_draft = c.draft_cost(self.mode), c.overhead(False, self.mode), c.overhead(True, self.mode)
-        gain, cost = [tokens_before + 1.0], [c.verify(rows_before + 1, n_past) + o_plain]
+        # (a plain step's token is fed to the head at the next draft, a probe's or not: counted
+        # here, a run of plain steps looked free of it, and each probe after one paid it)
+        gain, cost = [tokens_before + 1.0], [c.verify(rows_before + 1, n_past) + o_plain + c.catch_up(self.mode)]
         reach, kept, rows, decodes = 1.0, 1.0, 0.0, 0.0
         for j in range(self.n_max):
             decodes += kept
@@ -290,6 +310,10 @@ class AutoPolicy:
             if max(tps_all[1:]) > FREE_MARGIN * max(tps[1:]):
                 gain, cost, tps, self.cutting = gain_all, cost_all, tps_all, False
         k = max(range(len(tps)), key=tps.__getitem__)
+        held = self._held
+        if k and held and held != k and held < len(tps) and tps[k] < HOLD_MARGIN * tps[held]:
+            k = held
+        self._held = k
         probe = self._retiming = stretch = False
         if k == 0 and self._retime:
             # The last step drafted after plain steps: its draft time held the head's catch-up on
@@ -394,6 +418,11 @@ class AutoPolicy:
             # only the kept ones made a draft token seem 2-3x dearer than it is)
             if decodes and self._drafted_last and self._drafted_once:
                 self.costs.observe_draft(decodes, t_draft, self.mode)
+            elif decodes and self._missed and self._drafted_once and self.costs.draft_timings(self.mode) >= 1:
+                # after plain steps: what the draft took beyond its draft tokens fed the head
+                # the tokens it missed
+                extra = t_draft - decodes * self.costs.draft_cost(self.mode)
+                self.costs.observe_catch_up(self._missed, max(0.0, extra), self.mode)
         if decodes and self.p_min > 0.0:
             self.kept.count(decodes, n_drafted)
             if n_drafted:
@@ -404,13 +433,16 @@ class AutoPolicy:
             # rate and the acceptance of kept tokens (after a stretch of dropped drafts, plain
             # steps won and only probes drafted: learned from cut drafts alone, the keep rate
             # stayed low for good).
-            self.acceptance_all.update(n_drafted, n_accepted)
+            weight = 1.0
+            if choice is not None and choice.probe and not self._retiming:
+                weight = min(PROBE_WEIGHT, 1.0 + self.probes.plain_run / PROBE_FIRST)
+            self.acceptance_all.update(n_drafted, n_accepted, weight)
             would = n_drafted
             if self._ref_cut > 0.0 and confidence is not None:
                 would = next((i for i, p in enumerate(confidence[:n_drafted]) if p < self._ref_cut), n_drafted)
                 self.kept.count(min(would + 1, n_drafted), would)
             if would:
-                self.acceptance.update(would, min(n_accepted, would))
+                self.acceptance.update(would, min(n_accepted, would), weight)
         if decodes:
             if self.catching_up and self.costs.draft_timings(self.mode) < RETIME_UNTIL:
                 self._retime = decodes
@@ -429,6 +461,7 @@ class AutoPolicy:
             self.probes.plain_run = 0
         # (the head consumed its queue of missed tokens when it decoded, kept tokens or not)
         self._drafted_last = decodes > 0
+        self._missed = 0 if decodes else self._missed + n_accepted + 1
         self.asked = 0
 
     @property
