@@ -110,7 +110,9 @@ def main() -> None:
         for pos in positions:
             for n in range(1, 9):
                 for lib in ("stock", "patched"):
-                    times.setdefault((lib, pos, n), []).append(time_op(exes[lib], pos, n, a.threads, a.repeats, a.layers))
+                    times.setdefault((lib, pos, n), []).append(
+                        time_op(exes[lib], pos, n, a.threads, a.repeats, a.layers)
+                    )
     med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
     cost = {}
