@@ -232,13 +232,26 @@ def human_documents(
 
 
 def main(argv=None) -> None:
-    """Generate the trunk text alone (python -m pymtp.train.teacher_text OUT.jsonl N_CODE)."""
+    """Generate the trunk text alone: python -m pymtp.train.teacher_text OUT.jsonl
+    [--n-code N] [--minutes M] (a rerun goes on where the last one stopped)."""
+    import argparse
+
     import pymtp
 
-    argv = argv if argv is not None else sys.argv[1:]
-    out, n_code = Path(argv[0]), int(argv[1]) if len(argv) > 1 else 400
+    ap = argparse.ArgumentParser(prog="python -m pymtp.train.teacher_text")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--n-code", type=int, default=400, help="stdlib openings the trunk continues")
+    ap.add_argument("--minutes", type=float, default=0, help="no new text starts after this (0: no limit)")
+    ap.add_argument("--max-tokens", type=int, default=160)
+    ap.add_argument("--n-seq", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    t0, c0 = time.time(), time.process_time()
     with pymtp.load() as s:
-        generate(s, out, generation_jobs(s.model, n_code=n_code, seed=1), max_tokens=160, n_seq=32)
+        jobs = generation_jobs(s.model, n_code=args.n_code, seed=args.seed)
+        deadline = t0 + 60 * args.minutes if args.minutes > 0 else None
+        generate(s, args.out, jobs, max_tokens=args.max_tokens, n_seq=args.n_seq, seed=args.seed, deadline=deadline)
+    print(f"trunk text: {time.time() - t0:.0f} s, {time.process_time() - c0:.0f} CPU-s", flush=True)
 
 
 if __name__ == "__main__":
