@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
