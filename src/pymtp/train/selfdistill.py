@@ -201,7 +201,14 @@ def train(args, work: Path, log=print) -> dict:
     cfg = HeadConfig()
     W = torch.from_numpy(np.load(work / "embed.npy").astype(np.float32)).to(dev)
     vocab = DraftVocab(np.load(work / "vocab.npy"), cfg.n_vocab, dev)
-    tr, he = teacher.load(work / "teacher", False), teacher.load(work / "teacher", True)
+    ckpt = run / "ckpt.pt"
+    st = torch.load(ckpt, map_location=dev, weights_only=False) if ckpt.exists() else None
+    # the held-out curve's shards are those of the run's start, so that shards extracted
+    # meanwhile (a resumed run trains on them) leave the curve comparable along the run
+    n_eval_shards = (st or {}).get("eval_shards") or len(
+        json.loads((work / "teacher" / teacher.MANIFEST).read_text())["shards"]
+    )
+    tr, he = teacher.load(work / "teacher", False), teacher.load(work / "teacher", True, n_shards=n_eval_shards)
     crops, held = Crops(tr, args.seq), Crops(he, args.seq)
     log(
         f"training on {tr.n_tokens} tokens ({len(crops.ok)} documents), held-out {he.n_tokens}; "
@@ -215,16 +222,15 @@ def train(args, work: Path, log=print) -> dict:
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps)))
     )
     rng = np.random.default_rng(args.seed)
-    step, curve, seconds, cpu = 0, [], 0.0, 0.0
-    ckpt = run / "ckpt.pt"
-    if ckpt.exists():
-        st = torch.load(ckpt, map_location=dev, weights_only=False)
+    step, curve, seconds, cpu, tokens_seen = 0, [], 0.0, 0.0, 0
+    if st is not None:
         head.load_state_dict(st["head"])
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])
         rng.bit_generator.state = st["rng"]
         torch.set_rng_state(st["torch_rng"])
         step, curve, seconds, cpu = st["step"], st["curve"], st["seconds"], st.get("cpu_seconds", 0.0)
+        tokens_seen = st.get("tokens_seen", step * args.batch * args.seq)
         log(f"resumed at step {step}")
     eval_rng = np.random.default_rng(args.seed + 1)
     eval_batches = [held.batch(eval_rng, args.batch, "cpu") for _ in range(args.eval_batches)]
@@ -247,6 +253,8 @@ def train(args, work: Path, log=print) -> dict:
                 "curve": curve,
                 "seconds": seconds,
                 "cpu_seconds": cpu,
+                "eval_shards": n_eval_shards,
+                "tokens_seen": tokens_seen,
             },
             tmp,
         )
@@ -272,6 +280,7 @@ def train(args, work: Path, log=print) -> dict:
             target_temperature=args.target_temp,
         )
         step += 1
+        tokens_seen += int(batch[4].sum())  # positions holding text (packed rows: nearly all)
         seconds += time.time() - t0
         cpu += time.process_time() - c0
         if step % 10 == 0:
@@ -297,7 +306,7 @@ def train(args, work: Path, log=print) -> dict:
         "train_seconds": round(seconds, 1),
         "train_cpu_seconds": round(cpu, 1),
         "seconds_per_step": round(seconds / max(step, 1), 3),
-        "tokens_seen": step * args.batch * args.seq,
+        "tokens_seen": tokens_seen,
         "train_tokens": tr.n_tokens,
         "held_out_tokens": he.n_tokens,
         "first": curve[0],

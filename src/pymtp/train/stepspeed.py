@@ -55,9 +55,10 @@ def main(argv=None) -> None:
     times: dict[str, list[float]] = {v[0]: [] for v in VARIANTS}
     rows: dict[str, list[int]] = {v[0]: [] for v in VARIANTS}
     for r in range(args.rounds + 1):  # round 0 warms up
+        padded = crops.batch(rng, args.batch, "cpu")  # the same rows for both padded variants
         for name, packed, sparse in VARIANTS:
             head.ffn.sparse = sparse
-            batch = (crops.packed if packed else crops.batch)(rng, args.batch, "cpu")
+            batch = crops.packed(rng, args.batch, "cpu") if packed else padded
             t0 = time.perf_counter()
             _, figs = train_step(
                 head, opt, sched, W, vocab, batch, args.chain, "text", bf16=True, target_temperature=1.0
