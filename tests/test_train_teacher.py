@@ -94,6 +94,22 @@ def test_human_documents_keep_sources_apart(tiny):
     assert all(len(d["tokens"]) <= teacher_text.WINDOW for d in docs)
 
 
+def test_generation_jobs_cap_held_out_text_and_keep_every_training_prompt(tiny, monkeypatch):
+    from pymtp.train import corpus
+
+    # the tiny model has no chat template: the instructions as plain text
+    monkeypatch.setattr(corpus, "prompt_tokens", lambda model, kind, src: model.tokenize(src, add_special=False))
+    full = teacher_text.generation_jobs(tiny, n_code=40, seed=0, held_per_domain=10_000)
+    capped = teacher_text.generation_jobs(tiny, n_code=40, seed=0, held_per_domain=3)
+    held = [j for j in capped if j["held_out"]]
+    assert {j["domain"] for j in held} == {"chat", "prose", "codegen"}
+    assert all(sum(j["domain"] == d for j in held) == 3 for d in ("chat", "prose", "codegen"))
+    assert capped[: len(held)] == held  # held-out first
+    assert len([j for j in full if j["held_out"]]) > len(held)
+    train_ids = lambda jobs: sorted(j["id"] for j in jobs if not j["held_out"])
+    assert train_ids(capped) == train_ids(full)
+
+
 def test_trunk_text_resumes_and_cuts_a_partial_line(tmp_path):
     out = tmp_path / "t.jsonl"
     out.write_text(

@@ -110,7 +110,13 @@ class MLP(nn.Module):
 
 
 class MoE(nn.Module):
-    """Routed experts (sigmoid gating, selection bias) + shared expert(s)."""
+    """Routed experts (sigmoid gating, selection bias) + shared expert(s).
+
+    ``sparse``: each expert runs on the rows routed to it only (n_expert_used of n_expert:
+    half the routed FLOPs in the head); otherwise every expert runs on every row, weighted
+    by the routing weights (0 where unselected), the reference the sparse form must match."""
+
+    sparse = True
 
     def __init__(self, cfg: Config):
         super().__init__()
@@ -141,14 +147,36 @@ class MoE(nn.Module):
         dense_w, sel = self.routing(x)
         if self.training:
             self.last_load = F.one_hot(sel, self.cfg.n_expert).sum(dim=tuple(range(sel.dim()))).float().detach()
-        # all experts computed densely (few, small experts), weighted by the routing weights
-        g = torch.einsum("...e,xfe->...xf", x, self.gate_exps)
-        u = torch.einsum("...e,xfe->...xf", x, self.up_exps)
-        h = F.silu(g) * u * dense_w.unsqueeze(-1)
-        out = torch.einsum("...xf,xef->...e", h, self.down_exps)
+        out = self._routed_sparse(x, dense_w, sel) if self.sparse else self._routed_dense(x, dense_w)
         if self.shared is not None:
             out = out + self.shared(x)
         return out
+
+    def _routed_dense(self, x, dense_w):
+        g = torch.einsum("...e,xfe->...xf", x, self.gate_exps)
+        u = torch.einsum("...e,xfe->...xf", x, self.up_exps)
+        h = F.silu(g) * u * dense_w.unsqueeze(-1)
+        return torch.einsum("...xf,xef->...e", h, self.down_exps)
+
+    def _routed_sparse(self, x, dense_w, sel):
+        shape = x.shape
+        xf = x.reshape(-1, shape[-1])
+        wf = dense_w.reshape(-1, dense_w.shape[-1])
+        sel_f = sel.reshape(-1, sel.shape[-1])
+        out = None
+        for e in range(self.cfg.n_expert):
+            rows = (sel_f == e).any(-1).nonzero().squeeze(-1)
+            if rows.numel() == 0:
+                continue
+            xe = xf.index_select(0, rows)
+            h = F.silu(F.linear(xe, self.gate_exps[e])) * F.linear(xe, self.up_exps[e])
+            y = F.linear(h * wf.index_select(0, rows)[:, e : e + 1].to(h.dtype), self.down_exps[e])
+            if out is None:
+                out = torch.zeros(xf.shape[0], shape[-1], dtype=y.dtype, device=x.device)
+            out = out.index_add(0, rows, y)
+        if out is None:  # no rows
+            out = torch.zeros(xf.shape[0], shape[-1], dtype=x.dtype, device=x.device)
+        return out.reshape(shape)
 
 
 class Block(nn.Module):

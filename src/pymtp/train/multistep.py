@@ -60,13 +60,22 @@ def _in_proj(head: NextNHead, emb: torch.Tensor, h: torch.Tensor) -> torch.Tenso
     return head.eh_proj(torch.cat([head.enorm(emb), head.hnorm(h)], dim=-1))
 
 
-def _chain_attention(q, K1, V1, chain_k: list, chain_v: list) -> torch.Tensor:
-    """q (B,H,T,D) at origin p attends to K1[..., :p+1, :] and to chain_k[m][..., p, :]."""
+def _visible(T: int, seg: torch.Tensor | None, device) -> torch.Tensor:
+    """Which keys each query sees: causal (T, T), and within its own document when seg
+    (B, >= T) gives each position's document: (B, 1, T, T)."""
+    causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    if seg is None:
+        return causal
+    s = seg[:, :T]
+    return (causal & (s[:, :, None] == s[:, None, :]))[:, None]
+
+
+def _chain_attention(q, K1, V1, chain_k: list, chain_v: list, visible: torch.Tensor) -> torch.Tensor:
+    """q (B,H,T,D) at origin p attends to K1[..., :p+1, :] (where visible) and to chain_k[m][..., p, :]."""
     T, D = q.shape[2], q.shape[3]
     scale = D**-0.5
     main = (q @ K1.transpose(-1, -2)) * scale
-    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-    main = main.masked_fill(~causal, float("-inf"))
+    main = main.masked_fill(~visible, float("-inf"))
     extra = [((q * k).sum(-1, keepdim=True)) * scale for k in chain_k]
     w = torch.softmax(torch.cat([main] + extra, dim=-1), dim=-1)
     out = w[..., :T] @ V1
@@ -84,12 +93,15 @@ def chain_forward(
     *,
     feed: str = "text",
     vocab_ids: torch.Tensor | None = None,
+    seg: torch.Tensor | None = None,
 ) -> list[torch.Tensor]:
     """The head's output rows for steps 1..n_steps at every origin p of a crop.
 
     tokens (B, L) and hidden (B, L, E): a crop of a document, hidden[:, q] = h(q). Returns
     n_steps tensors (B, L-1, E); row p of step k predicts x(p+k+1) (valid for p+k < L).
-    feed="draft" needs vocab_ids (the draft vocabulary the argmax is taken over)."""
+    feed="draft" needs vocab_ids (the draft vocabulary the argmax is taken over). seg (B, L):
+    each position's document in a packed row; attention stays inside it (the loss masks
+    the rows whose targets lie in the next document)."""
     if feed not in ("text", "draft"):
         raise ValueError(f"feed must be 'text' or 'draft', got {feed!r}")
     B, L = tokens.shape
@@ -98,7 +110,12 @@ def chain_forward(
     cos, sin = _rope_at(head, T, 0, dev)
     x1 = _in_proj(head, F.embedding(tokens[:, 1:], W), hidden[:, :T])
     q, K1, V1 = _qkv(head, x1, cos, sin)
-    g = _finish(head, x1, F.scaled_dot_product_attention(q, K1, V1, is_causal=True))
+    visible = _visible(T, seg, dev)
+    if seg is None:
+        att = F.scaled_dot_product_attention(q, K1, V1, is_causal=True)
+    else:
+        att = F.scaled_dot_product_attention(q, K1, V1, attn_mask=visible)
+    g = _finish(head, x1, att)
     outs = [g]
     chain_k, chain_v = [], []
     for k in range(2, n_steps + 1):
@@ -113,7 +130,7 @@ def chain_forward(
         qk, kk, vk = _qkv(head, xk, cos, sin)
         chain_k.append(kk)
         chain_v.append(vk)
-        g = _finish(head, xk, _chain_attention(qk, K1, V1, chain_k, chain_v))
+        g = _finish(head, xk, _chain_attention(qk, K1, V1, chain_k, chain_v, visible))
         outs.append(g)
     return outs
 
@@ -170,12 +187,14 @@ def chain_loss(
     feed: str = "text",
     decay: float = STEP_DECAY,
     target_temperature: float = 1.0,
+    seg: torch.Tensor | None = None,
 ):
     """The weighted loss over steps and, per step, (KL, agreement, chain agreement, rows):
     agreement is the head's argmax equal to the trunk's top-1 at that step; chain agreement,
-    at steps 1..k all (what P(first k accepted) is, teacher-forced)."""
+    at steps 1..k all (what P(first k accepted) is, teacher-forced). seg: packed rows'
+    documents (chain_forward); a step's target in another document than its origin is masked."""
     Wsub = W[vocab.ids]
-    outs = chain_forward(head, W, tokens, hidden, n_steps, feed=feed, vocab_ids=vocab.ids)
+    outs = chain_forward(head, W, tokens, hidden, n_steps, feed=feed, vocab_ids=vocab.ids, seg=seg)
     T = tokens.shape[1] - 1
     total, wsum, figures = 0.0, 0.0, []
     chain = torch.ones_like(mask[:, :T])
@@ -184,6 +203,8 @@ def chain_loss(
         ids = F.pad(topk_ids[:, k:].long(), (0, 0, 0, k - 1))
         logp = F.pad(topk_logp[:, k:].float(), (0, 0, 0, k - 1), value=float("-inf"))
         ok = F.pad(mask[:, k:], (0, k - 1), value=False)
+        if seg is not None:
+            ok = ok & F.pad(seg[:, k:] == seg[:, :-k], (0, k - 1), value=False)
         col, p, valid = teacher_targets(vocab, ids, logp, target_temperature)
         top1 = vocab.col[ids[..., 0]]
         valid = valid & ok

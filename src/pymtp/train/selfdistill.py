@@ -119,34 +119,72 @@ def _generated_tokens(path: Path) -> int:
 
 
 class Crops:
-    """Random crops of `seq` positions from the extracted documents, as torch tensors."""
+    """Random crops of `seq` positions from the extracted documents, as torch tensors.
+
+    ``batch``: one crop per row, padded (short documents leave the rest of the row unused).
+    ``packed``: rows filled with crops of several documents one after another, with each
+    position's document index (``seg``, -1 past the end) so that attention and targets
+    stay inside a document (multistep.chain_loss's ``seg``)."""
+
+    MIN_PIECE = 16  # a row's last few positions stay padding rather than hold a tiny crop
 
     def __init__(self, docs: teacher.Documents, seq: int):
         self.d, self.seq = docs, seq
         lens = np.diff(docs.offsets)
         self.ok = np.flatnonzero(lens >= 8)
 
-    def batch(self, rng: np.random.Generator, n: int, device):
-        import torch
-
+    def _arrays(self, n: int):
         d, L = self.d, self.seq
         E, K = d.hidden.shape[1], d.topk_ids.shape[1]
-        toks = np.zeros((n, L), np.int64)
-        hid = np.zeros((n, L, E), np.float32)
-        ids = np.zeros((n, L, K), np.int64)
-        logp = np.full((n, L, K), -np.inf, np.float32)
-        mask = np.zeros((n, L), bool)
+        return (
+            np.zeros((n, L), np.int64),
+            np.zeros((n, L, E), np.float32),
+            np.zeros((n, L, K), np.int64),
+            np.full((n, L, K), -np.inf, np.float32),
+            np.zeros((n, L), bool),
+        )
+
+    def _put(self, arrays, b: int, at: int, doc: int, room: int, rng) -> int:
+        """A random crop of document doc, at most room positions, into row b from position at."""
+        d = self.d
+        toks, hid, ids, logp, mask = arrays
+        s, e = int(d.offsets[doc]), int(d.offsets[doc + 1])
+        take = min(room, e - s)
+        o = s + int(rng.integers(0, e - s - take + 1))
+        toks[b, at : at + take] = d.tokens[o : o + take]
+        hid[b, at : at + take] = d.hidden[o : o + take]
+        ids[b, at : at + take] = d.topk_ids[o : o + take]
+        logp[b, at : at + take] = d.topk_logp[o : o + take]
+        mask[b, at : at + take] = True
+        return take
+
+    def batch(self, rng: np.random.Generator, n: int, device):
+        arrays = self._arrays(n)
         for b, i in enumerate(rng.choice(self.ok, size=n)):
-            s, e = int(d.offsets[i]), int(d.offsets[i + 1])
-            take = min(L, e - s)
-            o = s + int(rng.integers(0, e - s - take + 1))
-            toks[b, :take] = d.tokens[o : o + take]
-            hid[b, :take] = d.hidden[o : o + take]
-            ids[b, :take] = d.topk_ids[o : o + take]
-            logp[b, :take] = d.topk_logp[o : o + take]
-            mask[b, :take] = True
-        t = lambda a: torch.from_numpy(a).to(device)
-        return t(toks), t(hid), t(ids), t(logp), t(mask)
+            self._put(arrays, b, 0, int(i), self.seq, rng)
+        return _tensors(arrays, device)
+
+    def packed(self, rng: np.random.Generator, n: int, device):
+        arrays = self._arrays(n)
+        seg = np.full((n, self.seq), -1, np.int64)
+        for b in range(n):
+            at, k = 0, 0
+            while self.seq - at >= self.MIN_PIECE:
+                take = self._put(arrays, b, at, int(rng.choice(self.ok)), self.seq - at, rng)
+                seg[b, at : at + take] = k
+                at, k = at + take, k + 1
+        return _tensors(arrays + (seg,), device)
+
+    def padding(self, rng: np.random.Generator, n: int, packed: bool) -> float:
+        """The share of positions a batch leaves unused (mask False), over n batches of 8 rows."""
+        make = self.packed if packed else self.batch
+        return float(np.mean([1 - make(rng, 8, "cpu")[4].float().mean().item() for _ in range(n)]))
+
+
+def _tensors(arrays, device):
+    import torch
+
+    return tuple(torch.from_numpy(a).to(device) for a in arrays)
 
 
 def train(args, work: Path, log=print) -> dict:
@@ -163,7 +201,14 @@ def train(args, work: Path, log=print) -> dict:
     cfg = HeadConfig()
     W = torch.from_numpy(np.load(work / "embed.npy").astype(np.float32)).to(dev)
     vocab = DraftVocab(np.load(work / "vocab.npy"), cfg.n_vocab, dev)
-    tr, he = teacher.load(work / "teacher", False), teacher.load(work / "teacher", True)
+    ckpt = run / "ckpt.pt"
+    st = torch.load(ckpt, map_location=dev, weights_only=False) if ckpt.exists() else None
+    # the held-out curve's shards are those of the run's start, so that shards extracted
+    # meanwhile (a resumed run trains on them) leave the curve comparable along the run
+    n_eval_shards = (st or {}).get("eval_shards") or len(
+        json.loads((work / "teacher" / teacher.MANIFEST).read_text())["shards"]
+    )
+    tr, he = teacher.load(work / "teacher", False), teacher.load(work / "teacher", True, n_shards=n_eval_shards)
     crops, held = Crops(tr, args.seq), Crops(he, args.seq)
     log(
         f"training on {tr.n_tokens} tokens ({len(crops.ok)} documents), held-out {he.n_tokens}; "
@@ -177,16 +222,15 @@ def train(args, work: Path, log=print) -> dict:
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps)))
     )
     rng = np.random.default_rng(args.seed)
-    step, curve, seconds, cpu = 0, [], 0.0, 0.0
-    ckpt = run / "ckpt.pt"
-    if ckpt.exists():
-        st = torch.load(ckpt, map_location=dev, weights_only=False)
+    step, curve, seconds, cpu, tokens_seen = 0, [], 0.0, 0.0, 0
+    if st is not None:
         head.load_state_dict(st["head"])
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])
         rng.bit_generator.state = st["rng"]
         torch.set_rng_state(st["torch_rng"])
         step, curve, seconds, cpu = st["step"], st["curve"], st["seconds"], st.get("cpu_seconds", 0.0)
+        tokens_seen = st.get("tokens_seen", step * args.batch * args.seq)
         log(f"resumed at step {step}")
     eval_rng = np.random.default_rng(args.seed + 1)
     eval_batches = [held.batch(eval_rng, args.batch, "cpu") for _ in range(args.eval_batches)]
@@ -209,6 +253,8 @@ def train(args, work: Path, log=print) -> dict:
                 "curve": curve,
                 "seconds": seconds,
                 "cpu_seconds": cpu,
+                "eval_shards": n_eval_shards,
+                "tokens_seen": tokens_seen,
             },
             tmp,
         )
@@ -220,7 +266,7 @@ def train(args, work: Path, log=print) -> dict:
     stop = min(args.steps, args.stop_at or args.steps)
     while step < stop:
         t0, c0 = time.time(), time.process_time()
-        batch = crops.batch(rng, args.batch, dev)
+        batch = (crops.packed if args.pack else crops.batch)(rng, args.batch, dev)
         loss, figs = train_step(
             head,
             opt,
@@ -234,6 +280,7 @@ def train(args, work: Path, log=print) -> dict:
             target_temperature=args.target_temp,
         )
         step += 1
+        tokens_seen += int(batch[4].sum())  # positions holding text (packed rows: nearly all)
         seconds += time.time() - t0
         cpu += time.process_time() - c0
         if step % 10 == 0:
@@ -259,7 +306,7 @@ def train(args, work: Path, log=print) -> dict:
         "train_seconds": round(seconds, 1),
         "train_cpu_seconds": round(cpu, 1),
         "seconds_per_step": round(seconds / max(step, 1), 3),
-        "tokens_seen": step * args.batch * args.seq,
+        "tokens_seen": tokens_seen,
         "train_tokens": tr.n_tokens,
         "held_out_tokens": he.n_tokens,
         "first": curve[0],
@@ -274,7 +321,8 @@ def train_step(head, opt, sched, W, vocab, batch, chain: int, feed: str, *, bf16
 
     from .multistep import chain_loss
 
-    tokens, hidden, topk_ids, topk_logp, mask = batch
+    tokens, hidden, topk_ids, topk_logp, mask = batch[:5]
+    seg = batch[5] if len(batch) > 5 else None  # packed rows: each position's document
     with torch.autocast(W.device.type, dtype=torch.bfloat16, enabled=bf16):
         loss, figs = chain_loss(
             head,
@@ -288,6 +336,7 @@ def train_step(head, opt, sched, W, vocab, batch, chain: int, feed: str, *, bf16
             chain,
             feed=feed,
             target_temperature=target_temperature,
+            seg=seg,
         )
     opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -367,6 +416,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument(
+        "--pack",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fill each training row with several documents (attention and targets kept inside each)",
+    )
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--chain", type=int, default=3, help="recursion steps trained (weights 0.6^(k-1))")
     ap.add_argument(

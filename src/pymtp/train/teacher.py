@@ -194,11 +194,12 @@ class Documents:
         return int(self.offsets[-1])
 
 
-def load(out_dir: Path, held_out: bool, domains: set[str] | None = None) -> Documents:
-    """The documents of the training (held_out=False) or held-out split, from every finished shard."""
+def load(out_dir: Path, held_out: bool, domains: set[str] | None = None, n_shards: int | None = None) -> Documents:
+    """The documents of the training (held_out=False) or held-out split, from every finished
+    shard (the first n_shards only, when given: a fixed set while extraction adds more)."""
     man = json.loads((out_dir / MANIFEST).read_text())
     parts: dict[str, list] = {k: [] for k in ("tokens", "hidden", "topk_ids", "topk_logp", "first", "domain", "len")}
-    for sh in man["shards"]:
+    for sh in man["shards"][:n_shards]:
         with np.load(out_dir / sh["file"]) as npz:
             # each array read once: indexing the NpzFile re-reads the array from the zip
             z = {k: npz[k] for k in npz.files}
