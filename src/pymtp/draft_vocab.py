@@ -11,6 +11,12 @@ comments): it is on every machine, offline, large, fixed, and close to what the 
 model's head was trained on (standard-library code and chat the trunk wrote). Counts are
 cached per model file. End-of-generation tokens are always kept, so that a draft can end a
 reply.
+
+The default model (any file with its tokenizer: F16, Q4_1, another head) ranks by a shipped
+list instead (``models/smollm2-135m-draft-vocab.npz``, python -m pymtp.train.vocab_rank): the
+distillation corpus's counts mixed with these, which raises its acceptance on chat and prose
+without costing code (docs/guides/training.md, "Draft vocabulary"). Past the list's end, and
+for every other model, the standard-library counts rank.
 """
 
 from __future__ import annotations
@@ -22,6 +28,11 @@ from pathlib import Path
 import numpy as np
 
 from .cache import cache_dir, cached_file
+
+#: The default model's ranking: ``ids`` (int32, most frequent first) for the tokenizer whose
+#: vocabulary_hash is ``vocab_hash``.
+SHIPPED = Path(__file__).resolve().parent / "models" / "smollm2-135m-draft-vocab.npz"
+SHIPPED_LEN = 12_288  # ids shipped (48 KB); larger draft vocabularies go on with stdlib counts
 
 #: Bytes of standard-library source tokenized for the counts (about 1.5M tokens).
 CALIBRATION_BYTES = 6_000_000
@@ -58,12 +69,57 @@ def token_counts(model) -> np.ndarray:
     return np.load(cached_file(path, write))
 
 
+_hashes: dict[str, str] = {}
+
+
+def vocabulary_hash(model) -> str:
+    """A hash of the model's tokenizer: every token's bytes, in id order (cached per file)."""
+    key = _model_key(model)
+    if key not in _hashes:
+        h = hashlib.sha256(str(model.n_vocab).encode())
+        for t in range(model.n_vocab):
+            piece = model.token_bytes(t, render_special=True)
+            h.update(len(piece).to_bytes(2, "little") + piece)
+        _hashes[key] = h.hexdigest()[:32]
+    return _hashes[key]
+
+
+def shipped_ranking(model) -> np.ndarray | None:
+    """The shipped ranking when the model has the default model's tokenizer, else None."""
+    if not SHIPPED.is_file():
+        return None
+    with np.load(SHIPPED) as z:
+        if str(z["vocab_hash"]) != vocabulary_hash(model):
+            return None
+        ids = z["ids"].astype(np.int64)
+    if ids.size == 0 or ids.min() < 0 or ids.max() >= model.n_vocab or np.unique(ids).size != ids.size:
+        raise ValueError(f"{SHIPPED} is corrupt: its ids must be unique and below n_vocab {model.n_vocab}")
+    return ids
+
+
+def write_shipped(model, ranking: np.ndarray, *, mix: float, path: Path = SHIPPED) -> Path:
+    """Save a ranking (most frequent first) as the shipped list for this model's tokenizer."""
+    np.savez_compressed(
+        path, ids=np.asarray(ranking, np.int32), vocab_hash=np.asarray(vocabulary_hash(model)), mix=np.asarray(mix)
+    )
+    return path
+
+
+def ranking(model) -> np.ndarray:
+    """Every token id, most frequent first: the shipped list for the default model's tokenizer,
+    then (and for every other model, alone) the calibration counts (ties: lower id)."""
+    by_counts = np.argsort(-token_counts(model), kind="stable")
+    shipped = shipped_ranking(model)
+    if shipped is None:
+        return by_counts
+    return np.concatenate([shipped, by_counts[~np.isin(by_counts, shipped)]])
+
+
 def frequent_tokens(model, n: int) -> np.ndarray:
-    """The n most frequent calibration tokens (ties: lower id) plus the end-of-generation
-    tokens, as ascending ids; the whole vocabulary when n >= n_vocab."""
+    """The n first tokens of ranking(model) plus the end-of-generation tokens, as ascending
+    ids; the whole vocabulary when n >= n_vocab."""
     if n >= model.n_vocab:
         return np.arange(model.n_vocab, dtype=np.int32)
-    counts = token_counts(model)
-    top = np.argsort(-counts, kind="stable")[:n]
+    top = ranking(model)[:n]
     eog = [t for t in (model.eos, model.eot) if t is not None]
     return np.unique(np.concatenate([top, np.asarray(eog, dtype=np.int64)])).astype(np.int32)
