@@ -74,8 +74,9 @@ def generation_jobs(
     kept = []
     for j in jobs:
         if j["held_out"]:
-            per[j["domain"]] = per.get(j["domain"], 0) + 1
-            if per[j["domain"]] > held_per_domain:
+            domain = str(j["domain"])
+            per[domain] = per.get(domain, 0) + 1
+            if per[domain] > held_per_domain:
                 continue
         kept.append(j)
     jobs = kept
