@@ -116,12 +116,17 @@ def test_a_row_in_a_batch_equals_the_row_alone(typed_model, family, wtype, start
     # one row per decode on one thread, against batches on two threads
     alone = _run(model, prompt, cont, [1] * N_CONT, n_threads=1)
     batched = _run(model, prompt, cont, BATCHES, n_threads=2)
+    _assert_bitwise_equal(batched, alone, f"{family} {wtype} at {start}")
+
+
+def _assert_bitwise_equal(batched, alone, where: str) -> None:
+    """Trunk logits, hidden rows and head logits (where the model has them) bit for bit."""
     for what, got, want in zip(("trunk logits", "hidden rows", "head logits"), batched, alone):
         if want is None:
             continue
         assert got.shape == want.shape
         diff = _first_difference(got, want)
-        assert not diff, f"{family} {wtype} at {start}, {what}: {diff}"
+        assert not diff, f"{where}, {what}: {diff}"
 
 
 #: a long context: about 2,000 cells, where each row's visible cells span 8 chunks of 256 and
@@ -139,9 +144,4 @@ def test_a_row_in_a_batch_equals_the_row_alone_at_2000_cells(typed_model, family
     cont = _tokens(model, N_CONT, seed=4)
     alone = _run(model, prompt, cont, [1] * N_CONT, n_threads=1, n_ctx=2048)
     batched = _run(model, prompt, cont, BATCHES, n_threads=2, n_ctx=2048)
-    for what, got, want in zip(("trunk logits", "hidden rows", "head logits"), batched, alone):
-        if want is None:
-            continue
-        assert got.shape == want.shape
-        diff = _first_difference(got, want)
-        assert not diff, f"{family} {wtype} at {LONG_START}, {what}: {diff}"
+    _assert_bitwise_equal(batched, alone, f"{family} {wtype} at {LONG_START}")
