@@ -7,7 +7,9 @@ import gguf as gguf_lib
 import numpy as np
 import pytest
 
-from pymtp.bench.gguf_copy import ARCH, copy_fields, finish, scalar, tensor_array
+from pymtp.bench.deep import make_deep
+from pymtp.bench.gguf_copy import ARCH, copy_fields, finish, read_source, scalar, tensor_array
+from pymtp.bench.vocab import make_padded
 
 
 def _copy(src, dst, edit):
@@ -57,3 +59,13 @@ def test_scalar_and_tensor_array_refuse_what_they_cannot_read(gguf):
         scalar(r.fields, "tokenizer.ggml.tokens")
     t = next(t for t in r.tensors if t.name == "token_embd.weight")
     assert tensor_array(t).shape == tuple(reversed([int(x) for x in t.shape]))
+
+
+def test_the_derived_models_refuse_another_architecture(gguf, tmp_path):
+    other = gguf("qwen35")
+    assert read_source(gguf("glm4moe"), "x").fields  # the one they take
+    with pytest.raises(ValueError, match="make_deep supports glm4moe GGUFs, .* is qwen35"):
+        make_deep(other, tmp_path / "deep.gguf")
+    with pytest.raises(ValueError, match="make_padded supports glm4moe GGUFs, .* is qwen35"):
+        make_padded(other, tmp_path / "vocab.gguf", 100_000)
+    assert not list(tmp_path.iterdir())

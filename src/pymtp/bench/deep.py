@@ -58,7 +58,7 @@ import numpy as np
 
 from .. import cache
 from .deep_widen import QK_NORMS, Widening
-from .gguf_copy import ARCH, copy_fields, finish, scalar, source_key, tensor_array
+from .gguf_copy import ARCH, copy_fields, finish, read_source, scalar, source_key, tensor_array
 
 __all__ = ["DEEP_VERSION", "deep_variant_path", "make_deep"]
 
@@ -98,11 +98,8 @@ def make_deep(
     from gguf import GGUFValueType as VT
 
     src_gguf, dst_gguf = Path(src_gguf), Path(dst_gguf)
-    reader = gguf.GGUFReader(str(src_gguf))
+    reader = read_source(src_gguf, "make_deep")
     fields = reader.fields
-    arch = scalar(fields, "general.architecture")
-    if arch != ARCH:
-        raise ValueError(f"make_deep supports {ARCH} GGUFs, {src_gguf.name} is {arch}")
     k = lambda s: f"{ARCH}.{s}"  # noqa: E731
 
     d = int(scalar(fields, k("embedding_length")))

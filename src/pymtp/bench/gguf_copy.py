@@ -49,6 +49,17 @@ def scalar(fields: dict, key: str, default: Any = None) -> Any:
     return v.decode() if isinstance(v, bytes) else v
 
 
+def read_source(src_gguf: Path, maker: str):
+    """A reader of ``src_gguf``, which must be a glm4moe GGUF (maker: who asks, for the error)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(src_gguf))
+    arch = scalar(reader.fields, "general.architecture")
+    if arch != ARCH:
+        raise ValueError(f"{maker} supports {ARCH} GGUFs, {src_gguf.name} is {arch}")
+    return reader
+
+
 def tensor_array(t) -> np.ndarray:
     """An F32 or F16 reader tensor as a numpy array in numpy's axis order (reversed ggml ne)."""
     from gguf import GGMLQuantizationType as Q

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from .. import cache
-from .gguf_copy import ARCH, copy_fields, finish, scalar, source_key, tensor_array
+from .gguf_copy import ARCH, copy_fields, finish, read_source, source_key, tensor_array
 
 __all__ = ["VOCAB_VERSION", "VOCABS", "calibrate", "make_padded", "padded_vocab_path"]
 
@@ -113,11 +113,8 @@ def make_padded(
     from gguf import GGUFValueType as VT
 
     src_gguf, dst_gguf = Path(src_gguf), Path(dst_gguf)
-    reader = gguf.GGUFReader(str(src_gguf))
+    reader = read_source(src_gguf, "make_padded")
     fields = reader.fields
-    arch = scalar(fields, "general.architecture")
-    if arch != ARCH:
-        raise ValueError(f"make_padded supports {ARCH} GGUFs, {src_gguf.name} is {arch}")
     tokens = fields["tokenizer.ggml.tokens"]
     n_old = len(tokens.data)
     n_vocab = int(n_vocab)
