@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import SAME_ROW_ATOL
+from test_engine import _alone, _fresh_contexts  # noqa: F401 (an autouse fixture: fresh contexts per test)
 
 import pymtp
 from pymtp import GenerationConfig, SamplingConfig, SpecConfig
@@ -21,17 +22,6 @@ PROMPTS = [
     "x = [",
     "return self.",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_contexts(models):
-    """Each test starts the shared models from fresh contexts and an empty prompt cache."""
-    models.fresh()
-    yield
-
-
-def _alone(model, prompt, spec, n, **kw):
-    return pymtp.generate(prompt, model, max_tokens=n, ignore_eos=True, speculative=spec or False, **kw)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

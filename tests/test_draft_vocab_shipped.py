@@ -84,3 +84,59 @@ def test_a_corrupt_list_is_an_error(default, tmp_path, monkeypatch):
     monkeypatch.setattr(draft_vocab, "SHIPPED", path)
     with pytest.raises(ValueError, match="corrupt"):
         draft_vocab.frequent_tokens(default, 8)
+
+
+def _no_token_reads(monkeypatch) -> None:
+    def refuse(model):
+        raise AssertionError("read the model's tokens")
+
+    monkeypatch.setattr(draft_vocab, "vocabulary_hash", refuse)
+    monkeypatch.setattr(draft_vocab, "probe_hash", refuse)
+
+
+def test_the_shipped_list_names_the_default_tokenizer_cheaply(default):
+    with np.load(draft_vocab.SHIPPED) as z:
+        assert int(z["n_vocab"]) == default.n_vocab
+        assert str(z["probe_hash"]) == draft_vocab.probe_hash(default)
+        assert str(z["vocab_hash"]) == draft_vocab.vocabulary_hash(default)
+
+
+def test_a_model_of_another_vocabulary_size_reads_none_of_its_tokens(models, monkeypatch):
+    m = models("glm4moe").model
+    with np.load(draft_vocab.SHIPPED) as z:
+        assert int(z["n_vocab"]) != m.n_vocab
+    _no_token_reads(monkeypatch)
+    assert draft_vocab.shipped_ranking(m) is None
+
+
+class _OtherTokens:
+    """The default model's vocabulary size with other token bytes (another tokenizer)."""
+
+    def __init__(self, model):
+        self.n_vocab, self.path = model.n_vocab, model.path
+        self._model = model
+
+    def token_bytes(self, token: int, *, render_special: bool = False) -> bytes:
+        return self._model.token_bytes(token, render_special=render_special) + b"#"
+
+
+def test_another_tokenizer_of_the_same_size_is_ruled_out_by_the_probe(default, monkeypatch):
+    other = _OtherTokens(default)
+    assert draft_vocab.probe_hash(other) != draft_vocab.probe_hash(default)
+    monkeypatch.setattr(draft_vocab, "vocabulary_hash", lambda model: pytest.fail("hashed every token"))
+    assert draft_vocab.shipped_ranking(other) is None
+
+
+def test_a_same_size_tokenizer_is_matched_by_its_full_hash(default, monkeypatch):
+    # n_vocab and the probe agree; the whole vocabulary's hash still decides
+    assert draft_vocab.shipped_ranking(default) is not None
+    monkeypatch.setattr(draft_vocab, "vocabulary_hash", lambda model: "0" * 32)
+    assert draft_vocab.shipped_ranking(default) is None
+
+
+def test_a_list_without_the_cheap_fields_is_matched_by_the_full_hash(default, tmp_path, monkeypatch):
+    path = tmp_path / "old.npz"
+    ids = np.arange(5, 15, dtype=np.int32)
+    np.savez_compressed(path, ids=ids, vocab_hash=np.asarray(draft_vocab.vocabulary_hash(default)), mix=np.asarray(1.0))
+    monkeypatch.setattr(draft_vocab, "SHIPPED", path)
+    np.testing.assert_array_equal(draft_vocab.shipped_ranking(default), ids)

@@ -30,7 +30,8 @@ import numpy as np
 from .cache import cache_dir, cached_file
 
 #: The default model's ranking: ``ids`` (int32, most frequent first) for the tokenizer whose
-#: vocabulary_hash is ``vocab_hash``.
+#: vocabulary_hash is ``vocab_hash``; ``n_vocab`` and ``probe_hash`` (a few tokens' bytes) rule another
+#: tokenizer out without hashing every token.
 SHIPPED = Path(__file__).resolve().parent / "models" / "smollm2-135m-draft-vocab.npz"
 SHIPPED_LEN = 12_288  # ids shipped (48 KB); larger draft vocabularies go on with stdlib counts
 
@@ -84,12 +85,37 @@ def vocabulary_hash(model) -> str:
     return _hashes[key]
 
 
+#: Tokens whose bytes probe_hash hashes: spread over the vocabulary, so that two tokenizers
+#: of one size that differ anywhere much will almost surely differ in one of them.
+PROBE_TOKENS = 32
+
+
+def probe_hash(model) -> str:
+    """A hash of PROBE_TOKENS tokens' bytes, evenly spaced over the vocabulary: tells most
+    other tokenizers of the same size apart without vocabulary_hash's pass over every token."""
+    h = hashlib.sha256(str(model.n_vocab).encode())
+    for t in np.unique(np.linspace(0, model.n_vocab - 1, PROBE_TOKENS).astype(np.int64)).tolist():
+        piece = model.token_bytes(t, render_special=True)
+        h.update(len(piece).to_bytes(2, "little") + piece)
+    return h.hexdigest()[:32]
+
+
+def _same_tokenizer(model, z) -> bool:
+    """Whether the shipped list was made for this model's tokenizer: the cheap fields first (a
+    list written before they existed goes straight to the full hash)."""
+    if "n_vocab" in z.files and int(z["n_vocab"]) != model.n_vocab:
+        return False
+    if "probe_hash" in z.files and str(z["probe_hash"]) != probe_hash(model):
+        return False
+    return str(z["vocab_hash"]) == vocabulary_hash(model)
+
+
 def shipped_ranking(model) -> np.ndarray | None:
     """The shipped ranking when the model has the default model's tokenizer, else None."""
     if not SHIPPED.is_file():
         return None
     with np.load(SHIPPED) as z:
-        if str(z["vocab_hash"]) != vocabulary_hash(model):
+        if not _same_tokenizer(model, z):
             return None
         ids = z["ids"].astype(np.int64)
     if ids.size == 0 or ids.min() < 0 or ids.max() >= model.n_vocab or np.unique(ids).size != ids.size:
@@ -100,7 +126,12 @@ def shipped_ranking(model) -> np.ndarray | None:
 def write_shipped(model, ranking: np.ndarray, *, mix: float, path: Path = SHIPPED) -> Path:
     """Save a ranking (most frequent first) as the shipped list for this model's tokenizer."""
     np.savez_compressed(
-        path, ids=np.asarray(ranking, np.int32), vocab_hash=np.asarray(vocabulary_hash(model)), mix=np.asarray(mix)
+        path,
+        ids=np.asarray(ranking, np.int32),
+        vocab_hash=np.asarray(vocabulary_hash(model)),
+        n_vocab=np.asarray(model.n_vocab, np.int64),
+        probe_hash=np.asarray(probe_hash(model)),
+        mix=np.asarray(mix),
     )
     return path
 

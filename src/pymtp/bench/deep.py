@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
 import re
 import sys
@@ -58,148 +57,18 @@ from typing import Any
 import numpy as np
 
 from .. import cache
+from .deep_widen import QK_NORMS, Widening
+from .gguf_copy import ARCH, copy_fields, finish, read_source, scalar, source_key, tensor_array
 
 __all__ = ["DEEP_VERSION", "deep_variant_path", "make_deep"]
 
 #: Bump when the generated files change (the cache key includes it).
 DEEP_VERSION = 1
 
-ARCH = "glm4moe"
-
-# Role of each ggml dimension (ne0, ne1, ...) of a block tensor, by name suffix.
-# E = n_embd, Q = n_head*head_dim, K = n_head_kv*head_dim, F = dense FFN,
-# X = expert FFN, S = shared-expert FFN (X * n_expert_shared), None = unchanged.
-_BLOCK_ROLES: dict[str, tuple] = {
-    "attn_norm.weight": ("E",),
-    "post_attention_norm.weight": ("E",),
-    "attn_q.weight": ("E", "Q"),
-    "attn_k.weight": ("E", "K"),
-    "attn_v.weight": ("E", "K"),
-    "attn_q.bias": ("Q",),
-    "attn_k.bias": ("K",),
-    "attn_v.bias": ("K",),
-    "attn_output.weight": ("Q", "E"),
-    "attn_q_norm.weight": (None,),
-    "attn_k_norm.weight": (None,),
-    "ffn_gate.weight": ("E", "F"),
-    "ffn_up.weight": ("E", "F"),
-    "ffn_down.weight": ("F", "E"),
-    "ffn_gate_inp.weight": ("E", None),
-    "exp_probs_b.bias": (None,),
-    "ffn_gate_exps.weight": ("E", "X", None),
-    "ffn_up_exps.weight": ("E", "X", None),
-    "ffn_down_exps.weight": ("X", "E", None),
-    "ffn_gate_shexp.weight": ("E", "S"),
-    "ffn_up_shexp.weight": ("E", "S"),
-    "ffn_down_shexp.weight": ("S", "E"),
-    "nextn.enorm.weight": ("E",),
-    "nextn.hnorm.weight": ("E",),
-    "nextn.shared_head_norm.weight": ("E",),
-    "nextn.embed_tokens.weight": ("E", None),
-    "nextn.shared_head_head.weight": ("E", None),
-    # special-cased: nextn.eh_proj.weight (2E, E), attn_qkv.weight / attn_qkv.bias
-}
-_GLOBAL_ROLES: dict[str, tuple] = {
-    "token_embd.weight": ("E", None),
-    "output_norm.weight": ("E",),
-    "output.weight": ("E", None),
-}
-# RMSNorm weights over the residual width: scaled by sqrt(d/D).
-_RESIDUAL_NORMS = {
-    "attn_norm.weight",
-    "post_attention_norm.weight",
-    "output_norm.weight",
-    "nextn.enorm.weight",
-    "nextn.hnorm.weight",
-    "nextn.shared_head_norm.weight",
-}
 # Projections whose output an extra block must leave at exactly zero.
 _ZERO_IN_EXTRA = {"attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight"}
 
 _BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
-
-
-# ---------------------------------------------------------------------------------------------
-# reading
-# ---------------------------------------------------------------------------------------------
-
-
-def _field_value(field) -> tuple[Any, Any, Any]:
-    """(value, type, sub_type) of a reader field, strings as raw bytes (exact round trip)."""
-    from gguf import GGUFValueType
-
-    vtype = field.types[0]
-    if vtype == GGUFValueType.ARRAY:
-        sub = field.types[-1]
-        if len(field.types) > 2:
-            raise ValueError(f"{field.name}: nested arrays are not supported")
-        if sub == GGUFValueType.STRING:
-            return [bytes(field.parts[i]) for i in field.data], vtype, sub
-        return field.contents(), vtype, sub
-    if vtype == GGUFValueType.STRING:
-        return bytes(field.parts[field.data[0]]), vtype, None
-    return field.contents(), vtype, None
-
-
-def _scalar(fields: dict, key: str, default: Any = None) -> Any:
-    f = fields.get(key)
-    if f is None:
-        if default is None:
-            raise ValueError(f"the source GGUF lacks {key}")
-        return default
-    from gguf import GGUFValueType
-
-    if f.types[0] == GGUFValueType.ARRAY:
-        raise ValueError(f"{key}: per-layer arrays are not supported by make_deep")
-    v = f.contents()
-    return v.decode() if isinstance(v, bytes) else v
-
-
-def _tensor_array(t) -> np.ndarray:
-    from gguf import GGMLQuantizationType as Q
-
-    if t.tensor_type not in (Q.F32, Q.F16):
-        raise ValueError(f"{t.name}: only F32 and F16 tensors can be padded, not {t.tensor_type.name}")
-    shape = tuple(int(x) for x in reversed(list(t.shape)))  # numpy order = reversed ggml ne
-    return np.asarray(t.data).reshape(shape)
-
-
-# ---------------------------------------------------------------------------------------------
-# padding
-# ---------------------------------------------------------------------------------------------
-
-
-def _pad_corner(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    out = np.zeros(shape, dtype=a.dtype)
-    out[tuple(slice(0, n) for n in a.shape)] = a
-    return out
-
-
-def _new_shape(roles: tuple, old_ne: tuple[int, ...], dims: dict, new: dict, name: str) -> tuple[int, ...]:
-    """New ggml ne of a tensor, checking each old size against its role."""
-    if len(roles) != len(old_ne):
-        raise ValueError(f"{name}: expected {len(roles)} dims, got shape {old_ne}")
-    ne = []
-    for r, n in zip(roles, old_ne):
-        if r is None:
-            ne.append(n)
-            continue
-        if n != dims[r]:
-            raise ValueError(f"{name}: dim {r} is {n}, expected {dims[r]}")
-        ne.append(new[r])
-    return tuple(ne)
-
-
-def _pad_qkv(a: np.ndarray, dims: dict, new: dict) -> np.ndarray:
-    """Fused [q; k; v] rows (last numpy axis of a bias, first of a weight)."""
-    cuts = [dims["Q"], dims["Q"] + dims["K"]]
-    parts = np.split(a, cuts, axis=0)
-    sizes = [new["Q"], new["K"], new["K"]]
-    padded = [
-        _pad_corner(p, (s,) + tuple(new["E"] if i == 1 else x for i, x in enumerate(p.shape[1:], 1)))
-        for p, s in zip(parts, sizes)
-    ]
-    return np.concatenate(padded, axis=0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,31 +98,28 @@ def make_deep(
     from gguf import GGUFValueType as VT
 
     src_gguf, dst_gguf = Path(src_gguf), Path(dst_gguf)
-    reader = gguf.GGUFReader(str(src_gguf))
+    reader = read_source(src_gguf, "make_deep")
     fields = reader.fields
-    arch = _scalar(fields, "general.architecture")
-    if arch != ARCH:
-        raise ValueError(f"make_deep supports {ARCH} GGUFs, {src_gguf.name} is {arch}")
     k = lambda s: f"{ARCH}.{s}"  # noqa: E731
 
-    d = int(_scalar(fields, k("embedding_length")))
-    n_block = int(_scalar(fields, k("block_count")))
-    n_nextn = int(_scalar(fields, k("nextn_predict_layers"), 0))
+    d = int(scalar(fields, k("embedding_length")))
+    n_block = int(scalar(fields, k("block_count")))
+    n_nextn = int(scalar(fields, k("nextn_predict_layers"), 0))
     if n_nextn != 1:
         raise ValueError(f"make_deep needs exactly one NextN block, {src_gguf.name} has {n_nextn}")
     n_trunk = n_block - n_nextn
-    lead = int(_scalar(fields, k("leading_dense_block_count"), 0))
-    nh = int(_scalar(fields, k("attention.head_count")))
-    nkv = int(_scalar(fields, k("attention.head_count_kv"), nh))
-    hd_k = int(_scalar(fields, k("attention.key_length"), d // nh))
-    hd_v = int(_scalar(fields, k("attention.value_length"), hd_k))
+    lead = int(scalar(fields, k("leading_dense_block_count"), 0))
+    nh = int(scalar(fields, k("attention.head_count")))
+    nkv = int(scalar(fields, k("attention.head_count_kv"), nh))
+    hd_k = int(scalar(fields, k("attention.key_length"), d // nh))
+    hd_v = int(scalar(fields, k("attention.value_length"), hd_k))
     if hd_k != hd_v:
         raise ValueError("make_deep needs key_length == value_length")
-    n_rot = int(_scalar(fields, k("rope.dimension_count"), hd_k))
-    ff = int(_scalar(fields, k("feed_forward_length")))
-    ffx = int(_scalar(fields, k("expert_feed_forward_length")))
-    n_sh = int(_scalar(fields, k("expert_shared_count"), 0))
-    eps = float(_scalar(fields, k("attention.layer_norm_rms_epsilon")))
+    n_rot = int(scalar(fields, k("rope.dimension_count"), hd_k))
+    ff = int(scalar(fields, k("feed_forward_length")))
+    ffx = int(scalar(fields, k("expert_feed_forward_length")))
+    n_sh = int(scalar(fields, k("expert_shared_count"), 0))
+    eps = float(scalar(fields, k("attention.layer_norm_rms_epsilon")))
 
     D = int(n_embd)
     if D < d:
@@ -276,7 +142,7 @@ def make_deep(
 
     dims = {"E": d, "Q": nh * hd_k, "K": nkv * hd_k, "F": ff, "X": ffx, "S": ffx * max(n_sh, 1)}
     new = {"E": D, "Q": NH * hd_k, "K": NKV * hd_k, "F": FF, "X": FFX, "S": FFX * max(n_sh, 1)}
-    norm_scale = math.sqrt(d / D)
+    widening = Widening(dims, new)
     eps_new = eps * d / D
 
     # ---- group the source tensors -----------------------------------------------------------
@@ -290,48 +156,13 @@ def make_deep(
             glob.append(t)
     if sorted(blocks) != list(range(n_block)):
         raise ValueError(f"expected blocks 0..{n_block - 1}, found {sorted(blocks)}")
-    has_qk_norm = {i: {s for s, _ in ts} & {"attn_q_norm.weight", "attn_k_norm.weight"} for i, ts in blocks.items()}
+    qk_norms = {i: frozenset(s for s, _ in ts) & QK_NORMS for i, ts in blocks.items()}
 
-    def convert(suffix: str, a: np.ndarray, ne_old: tuple, blk: int | None, name: str) -> np.ndarray:
-        if suffix == "nextn.eh_proj.weight":
-            if ne_old != (2 * d, d):
-                raise ValueError(f"{name}: expected ne {(2 * d, d)}, got {ne_old}")
-            out = np.zeros((D, 2 * D), dtype=a.dtype)
-            out[:d, :d] = a[:, :d]
-            out[:d, D : D + d] = a[:, d:]
-            return out
-        if suffix in ("attn_qkv.weight", "attn_qkv.bias"):
-            if suffix == "attn_qkv.weight":
-                out = _pad_qkv(a, dims, new)
-            else:
-                out = _pad_qkv(a[:, None], dims, {**new, "E": 1})[:, 0]
-            qk_norm = has_qk_norm[blk] if blk is not None else set()
-            q_s = norm_scale if "attn_q_norm.weight" in qk_norm else 1.0
-            k_s = norm_scale if "attn_k_norm.weight" in qk_norm else 1.0
-            if q_s != 1.0 or k_s != 1.0:
-                out = out.astype(np.float32)
-                out[: new["Q"]] *= q_s
-                out[new["Q"] : new["Q"] + new["K"]] *= k_s
-                out = out.astype(a.dtype)
-            return out
-        roles = (_GLOBAL_ROLES if blk is None else _BLOCK_ROLES).get(suffix)
-        if roles is None:
-            raise ValueError(f"make_deep does not know how to widen {name}")
-        ne = _new_shape(roles, ne_old, dims, new, name)
-        out = _pad_corner(a, tuple(reversed(ne)))
-        scale = 1.0
-        if suffix in _RESIDUAL_NORMS:
-            scale = norm_scale
-        elif blk is not None and suffix.startswith("attn_q.") and "attn_q_norm.weight" in has_qk_norm[blk]:
-            scale = norm_scale
-        elif blk is not None and suffix.startswith("attn_k.") and "attn_k_norm.weight" in has_qk_norm[blk]:
-            scale = norm_scale
-        if scale != 1.0:
-            out = (out.astype(np.float64) * scale).astype(a.dtype)
-        return out
-
-    def ne_of(t) -> tuple:
-        return tuple(int(x) for x in t.shape)
+    def convert(suffix: str, t, blk: int | None) -> np.ndarray:
+        """Source tensor t widened (blk: its block, None for a global one)."""
+        ne_old = tuple(int(x) for x in t.shape)
+        qk_norm = qk_norms[blk] if blk is not None else frozenset()
+        return widening.tensor(suffix, tensor_array(t), ne_old, t.name, in_block=blk is not None, qk_norm=qk_norm)
 
     # ---- metadata ---------------------------------------------------------------------------
     overrides: dict[str, int | float] = {
@@ -353,21 +184,13 @@ def make_deep(
 
     dst_gguf.parent.mkdir(parents=True, exist_ok=True)
     writer = gguf.GGUFWriter(str(dst_gguf), ARCH)
-    written = set()
-    for name, field in fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        val, vtype, sub = _field_value(field)
-        if name == "general.alignment":
-            writer.add_custom_alignment(int(val))
-            written.add(name)
-            continue
+
+    def edit(name: str, val: Any) -> Any:
         if name == "general.name":
             val = val + f"-deep-e{D}-x{NX}".encode()
-        if name in overrides:
-            val = overrides[name]
-        writer.add_key_value(name, val, vtype, sub)
-        written.add(name)
+        return overrides.get(name, val)
+
+    written = copy_fields(fields, writer, edit)
     for name, val in overrides.items():
         if name not in written:
             writer.add_key_value(name, val, default_types.get(name, VT.UINT32))
@@ -383,7 +206,7 @@ def make_deep(
     def extra_block(i: int) -> list[tuple[str, np.ndarray]]:
         out = []
         for suffix, t in blocks[n_trunk - 1]:
-            a = convert(suffix, _tensor_array(t), ne_of(t), n_trunk - 1, t.name)
+            a = convert(suffix, t, n_trunk - 1)
             if suffix in _ZERO_IN_EXTRA:
                 v = np.zeros(a.shape, dtype=a.dtype)
             elif suffix.endswith(".bias"):
@@ -397,7 +220,7 @@ def make_deep(
 
     for t in glob:
         suffix = t.name
-        writer.add_tensor(t.name, np.ascontiguousarray(convert(suffix, _tensor_array(t), ne_of(t), None, t.name)))
+        writer.add_tensor(t.name, np.ascontiguousarray(convert(suffix, t, None)))
     for b in range(n_block):
         nb = b if b < n_trunk else b + NX
         if b == n_trunk:
@@ -405,29 +228,15 @@ def make_deep(
                 for name, v in extra_block(i):
                     writer.add_tensor(name, np.ascontiguousarray(v))
         for suffix, t in blocks[b]:
-            writer.add_tensor(
-                f"blk.{nb}.{suffix}", np.ascontiguousarray(convert(suffix, _tensor_array(t), ne_of(t), b, t.name))
-            )
+            writer.add_tensor(f"blk.{nb}.{suffix}", np.ascontiguousarray(convert(suffix, t, b)))
 
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish(writer)
     return dst_gguf
 
 
 # ---------------------------------------------------------------------------------------------
 # cached variants
 # ---------------------------------------------------------------------------------------------
-
-
-def _source_key(src: Path) -> str:
-    st = src.stat()
-    h = hashlib.sha256()
-    h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
-    with open(src, "rb") as f:
-        h.update(f.read(1 << 20))
-    return h.hexdigest()
 
 
 #: The benchmark shape: 1024 wide, 4 + 16 trunk blocks; attention and FFN kept narrow so that a
@@ -457,7 +266,7 @@ def deep_variant_path(
     params.update(kw)
     d = Path(cache_dir) if cache_dir is not None else cache.cache_dir("deep")
     digest = hashlib.sha256(
-        json.dumps({"v": DEEP_VERSION, "src": _source_key(src), **params}, sort_keys=True).encode()
+        json.dumps({"v": DEEP_VERSION, "src": source_key(src), **params}, sort_keys=True).encode()
     ).hexdigest()[:12]
     path = d / f"{src.stem}-deep-e{params['n_embd']}-x{params['n_extra_layers']}-{digest}.gguf"
     return cache.cached_file(path, lambda tmp: make_deep(src, tmp, **params))

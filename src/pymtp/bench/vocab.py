@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from .. import cache
-from .deep import ARCH, _field_value, _source_key, _tensor_array
+from .gguf_copy import ARCH, copy_fields, finish, read_source, source_key, tensor_array
 
 __all__ = ["VOCAB_VERSION", "VOCABS", "calibrate", "make_padded", "padded_vocab_path"]
 
@@ -113,11 +113,8 @@ def make_padded(
     from gguf import GGUFValueType as VT
 
     src_gguf, dst_gguf = Path(src_gguf), Path(dst_gguf)
-    reader = gguf.GGUFReader(str(src_gguf))
+    reader = read_source(src_gguf, "make_padded")
     fields = reader.fields
-    arch = bytes(fields["general.architecture"].parts[fields["general.architecture"].data[0]]).decode()
-    if arch != ARCH:
-        raise ValueError(f"make_padded supports {ARCH} GGUFs, {src_gguf.name} is {arch}")
     tokens = fields["tokenizer.ggml.tokens"]
     n_old = len(tokens.data)
     n_vocab = int(n_vocab)
@@ -130,37 +127,34 @@ def make_padded(
     scorer = tensors.get("output.weight") or tensors["token_embd.weight"]
     base = None
     if rows.size:
-        base = _tensor_array(scorer)[rows].astype(np.float32).mean(axis=0)
+        base = tensor_array(scorer)[rows].astype(np.float32).mean(axis=0)
 
     dst_gguf.parent.mkdir(parents=True, exist_ok=True)
     writer = gguf.GGUFWriter(str(dst_gguf), ARCH)
-    for name, field in fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        val, vtype, sub = _field_value(field)
-        if name == "general.alignment":
-            writer.add_custom_alignment(int(val))
-            continue
+
+    def edit(name: str, val: Any) -> Any:
         if name == "general.name":
-            val = val + f"-v{n_vocab}".encode()
-        elif name == f"{ARCH}.vocab_size":
-            val = n_vocab
-        elif name == "tokenizer.ggml.tokens":
-            val = list(val) + [f"[PAD{i}]".encode() for i in range(n_old, n_vocab)]
-        elif name == "tokenizer.ggml.token_type":
-            val = np.concatenate(
+            return val + f"-v{n_vocab}".encode()
+        if name == f"{ARCH}.vocab_size":
+            return n_vocab
+        if name == "tokenizer.ggml.tokens":
+            return list(val) + [f"[PAD{i}]".encode() for i in range(n_old, n_vocab)]
+        if name == "tokenizer.ggml.token_type":
+            return np.concatenate(
                 [np.asarray(val, dtype=np.int32), np.full(n_new, TOKEN_TYPE_UNUSED, np.int32)]
             ).tolist()
-        elif name == "tokenizer.ggml.scores":
-            val = np.concatenate([np.asarray(val, dtype=np.float32), np.full(n_new, -1e4, np.float32)]).tolist()
-        elif (
+        if name == "tokenizer.ggml.scores":
+            return np.concatenate([np.asarray(val, dtype=np.float32), np.full(n_new, -1e4, np.float32)]).tolist()
+        if (
             isinstance(val, list)
             and len(val) == n_old
             and name.startswith("tokenizer.")
             and name != "tokenizer.ggml.merges"
         ):
             raise ValueError(f"make_padded does not know how to pad {name}")
-        writer.add_key_value(name, val, vtype, sub)
+        return val
+
+    copy_fields(fields, writer, edit)
     if f"{ARCH}.vocab_size" not in fields:
         writer.add_key_value(f"{ARCH}.vocab_size", n_vocab, VT.UINT32)
     writer.add_key_value("pymtp.vocab.source", src_gguf.name, VT.STRING)
@@ -177,13 +171,10 @@ def make_padded(
             if suffix not in _INPUT_ONLY | _OUTPUT:
                 raise ValueError(f"{t.name} has a vocabulary axis that make_padded does not know")
             scores = suffix in _OUTPUT or (tied and suffix == "token_embd.weight")
-            writer.add_tensor(t.name, _pad_rows(_tensor_array(t), n_new, base if scores else None, seed))
+            writer.add_tensor(t.name, _pad_rows(tensor_array(t), n_new, base if scores else None, seed))
         else:  # unchanged bytes, any type
             writer.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish(writer)
     return dst_gguf
 
 
@@ -205,7 +196,7 @@ def padded_vocab_path(
     d = Path(cache_dir) if cache_dir is not None else cache.cache_dir("vocab")
     digest = hashlib.sha256(
         json.dumps(
-            {"v": VOCAB_VERSION, "src": _source_key(src), "n": int(n_vocab), "cal": calibrated}, sort_keys=True
+            {"v": VOCAB_VERSION, "src": source_key(src), "n": int(n_vocab), "cal": calibrated}, sort_keys=True
         ).encode()
     ).hexdigest()[:12]
     path = d / f"{src.stem}-v{int(n_vocab)}-{digest}.gguf"
