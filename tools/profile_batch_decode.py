@@ -77,8 +77,10 @@ def main() -> None:
     for tid, (run1, wait1) in sorted(sched1.items()):
         run0, wait0 = sched0.get(tid, (0, 0))
         if run1 - run0 > 0.01e6 * a.decodes:
-            print(f"thread {tid}: on a CPU {(run1 - run0) / 1e6 / a.decodes:.3f} ms/decode, "
-                  f"waiting for a CPU {(wait1 - wait0) / 1e6 / a.decodes:.3f} ms/decode")
+            print(
+                f"thread {tid}: on a CPU {(run1 - run0) / 1e6 / a.decodes:.3f} ms/decode, "
+                f"waiting for a CPU {(wait1 - wait0) / 1e6 / a.decodes:.3f} ms/decode"
+            )
 
 
 def thread_schedstat() -> dict[int, tuple[int, int]]:
