@@ -9,7 +9,10 @@ Each decode is n rows after `position` tokens of context with logits for every r
 verification step), then the rows are removed again, exactly as tools/measure_batch_cost.py
 times them. Prints the median milliseconds of one decode, so that perf's share of each symbol
 can be turned into milliseconds per decode. The model is the default model, as F16 or
-quantized into --work (the same copies measure_batch_cost.py makes).
+quantized into --work (the same copies measure_batch_cost.py makes). Then, per thread of the
+process, the milliseconds per decode it ran and the milliseconds it was runnable but waited for
+a CPU (/proc schedstat): on a shared machine a thread that waits holds up the others at the
+next barrier, which a profile shows as barrier waits.
 """
 
 from __future__ import annotations
@@ -59,14 +62,37 @@ def main() -> None:
     if a.perf_ctl:
         with open(a.perf_ctl, "w") as ctl:
             ctl.write("enable\n")
+    sched0 = thread_schedstat()
     times = []
     for _ in range(a.decodes):
         t0 = time.perf_counter()
         t.decode(toks[a.position : a.position + a.rows], a.position, output=out)
         times.append(time.perf_counter() - t0)
         t.seq_rm(a.position)
+    sched1 = thread_schedstat()
     ms = np.median(times) * 1e3
     print(f"{Path(path).name} n={a.rows} pos={a.position} threads={a.threads}: {ms:.3f} ms median of {a.decodes}")
+    # A thread that waits for a CPU (another process runs on it) holds up the others at the next
+    # barrier: per thread, ms per decode on a CPU and ms per decode runnable but not running.
+    for tid, (run1, wait1) in sorted(sched1.items()):
+        run0, wait0 = sched0.get(tid, (0, 0))
+        if run1 - run0 > 0.01e6 * a.decodes:
+            print(
+                f"thread {tid}: on a CPU {(run1 - run0) / 1e6 / a.decodes:.3f} ms/decode, "
+                f"waiting for a CPU {(wait1 - wait0) / 1e6 / a.decodes:.3f} ms/decode"
+            )
+
+
+def thread_schedstat() -> dict[int, tuple[int, int]]:
+    """{thread id: (ns on a CPU, ns runnable but waiting for one)} of this process (Linux)."""
+    out = {}
+    for task in Path("/proc/self/task").glob("*"):
+        try:
+            run, wait, _ = (int(x) for x in (task / "schedstat").read_text().split())
+        except (OSError, ValueError):
+            continue
+        out[int(task.name)] = (run, wait)
+    return out
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 // Built twice by tools/measure_attention.py (stock ggml, patched ggml) and run interleaved.
 // usage: fa_bench HEADS HEADS_KV D P N THREADS REPS [LAYERS] -> prints "median_us min_us" of one op
 // With LAYERS > 1 the graph holds that many ops, each with K/V of its own, as a decode's layers
-// do: the cells then come from memory, not from the cache the previous repeat filled.
+// do: the cells then come from memory, not from the cache the previous repeat filled. K and V
+// are laid out as in llama.cpp's cache (cells HKV*D values apart), since 2026-11-28 (K7).
 #include "ggml.h"
 #include "ggml-cpu.h"
 
@@ -42,10 +43,14 @@ int main(int argc, char ** argv) {
     }
     ggml_cgraph * gf = ggml_new_graph(ctx);
     for (int l = 0; l < layers; ++l) {
-        ggml_tensor * k = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, D, n_kv, HKV, 1);
-        ggml_tensor * v = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, D, n_kv, HKV, 1);
-        for (int64_t i = 0; i < ggml_nelements(k); ++i) ((ggml_fp16_t *) k->data)[i] = ggml_fp32_to_fp16(nd(rng));
-        for (int64_t i = 0; i < ggml_nelements(v); ++i) ((ggml_fp16_t *) v->data)[i] = ggml_fp32_to_fp16(nd(rng));
+        // as llama.cpp's KV cache holds them: a cell's heads side by side, the op reading a view
+        // [D, n_kv, HKV] whose cells sit HKV*D values apart
+        ggml_tensor * kc = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, D, HKV, n_kv, 1);
+        ggml_tensor * vc = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, D, HKV, n_kv, 1);
+        for (int64_t i = 0; i < ggml_nelements(kc); ++i) ((ggml_fp16_t *) kc->data)[i] = ggml_fp32_to_fp16(nd(rng));
+        for (int64_t i = 0; i < ggml_nelements(vc); ++i) ((ggml_fp16_t *) vc->data)[i] = ggml_fp32_to_fp16(nd(rng));
+        ggml_tensor * k = ggml_permute(ctx, kc, 0, 2, 1, 3);
+        ggml_tensor * v = ggml_permute(ctx, vc, 0, 2, 1, 3);
         ggml_build_forward_expand(gf, ggml_flash_attn_ext(ctx, q, k, v, mask, 1.0f/sqrtf((float) D), 0.0f, 0.0f));
     }
 
