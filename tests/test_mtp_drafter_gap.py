@@ -71,11 +71,11 @@ def test_a_draft_after_40_plain_steps_feeds_the_head_a_few_tokens(echo, monkeypa
         assert not sp.step().drafted
     rows = head_rows(monkeypatch, d)
     r = sp.step()
-    # the first draft's 2 accepted tokens (the head had not seen them), the last CATCH_UP_KEEP
-    # tokens of the plain steps, then the last token (a draft of more than one token decodes it
-    # on its own); the old catch-up fed all 40 plain steps' tokens: 2 + 40 + 1 rows
-    assert rows == [2 + CATCH_UP_KEEP, 1]
-    assert d.skipped == 40 - CATCH_UP_KEEP
+    # the last CATCH_UP_KEEP tokens of the plain steps, then the last token (a draft of more
+    # than one token decodes it on its own); the old catch-up fed the first draft's 2 accepted
+    # tokens and all 40 plain steps' tokens: 2 + 40 + 1 rows
+    assert rows == [CATCH_UP_KEEP, 1]
+    assert d.skipped == 2 + 40 - CATCH_UP_KEEP
     assert r.drafted and r.n_accepted == len(r.drafted) == 3  # the head still agrees after the gap
     assert sp.tokens[len(prompt) :] == maps.greedy(prompt[-1], len(sp.tokens) - len(prompt))
 
@@ -109,7 +109,12 @@ def test_positions_stay_right_through_gaps_drafts_and_rollbacks(echo):
             # the head holds every position up to the last token (as a target position)
             assert head_end(d) == sp.n_past - len(r.emitted) + 1
             gaps += 1
-    assert d.skipped == (20 - CATCH_UP_KEEP) + (15 - CATCH_UP_KEEP) + (9 - CATCH_UP_KEEP) + (30 - CATCH_UP_KEEP)
+    # every run of plain steps but its last CATCH_UP_KEEP tokens is skipped, and what was queued
+    # before it: the prompt (but its first token and its last, which the first plain step hands
+    # off), a draft's accepted tokens
+    queued_before = [len(prompt) - 2, 1, 3, 4]
+    runs = [20, 15, 9, 30]
+    assert d.skipped == sum(q + n - CATCH_UP_KEEP for q, n in zip(queued_before, runs))
     assert sp.tokens[len(prompt) :] == maps.greedy(prompt[-1], len(sp.tokens) - len(prompt))
 
 
@@ -118,7 +123,7 @@ def gapped(sess) -> MTPSpeculator:
     sp = speculator(sess, sess.tokenize("def f(x):"), [2] + [0] * 30 + [2, 2])
     for _ in range(33):
         sp.step()
-    assert sp.drafter._gap_at is not None and sp.drafter._shift == 30 - CATCH_UP_KEEP
+    assert sp.drafter._gap_at is not None and sp.drafter._shift == 2 + 30 - CATCH_UP_KEEP
     return sp
 
 
@@ -131,7 +136,7 @@ def test_a_prompt_that_cuts_the_text_above_the_gap_reuses_it_and_stays_lossless(
     prompt = sp.tokens[:cut] + [wrong]
     sp.start(prompt)
     assert sp.stats.n_reused == cut - 1  # (the target hands the head the row before the cut)
-    assert d._shift == 30 - CATCH_UP_KEEP and head_end(d) == cut
+    assert d._shift == 2 + 30 - CATCH_UP_KEEP and head_end(d) == cut
     sp.policy = Scripted(sp.spec, 4, [3, 0, 0, 2, 4])
     for _ in range(5):
         r = sp.step()

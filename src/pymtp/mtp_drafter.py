@@ -17,8 +17,9 @@ Two modes:
   KV layer, so accepted tokens are fed once per head, and draft step i
   re-decodes the drafted prefix with head i (as llama.cpp's driver does); one text at a time.
 
-After plain steps (a draft length of 0) the head is fed only the last CATCH_UP_KEEP tokens they
-emitted, not all of them: the rest is skipped. llama.cpp wants a sequence's positions consecutive,
+After a run of plain steps (a draft length of 0) longer than CATCH_UP_KEEP, the head is fed only
+the last CATCH_UP_KEEP queued tokens: the rest (the plain steps' other tokens, and the prompt or a
+draft step's tokens queued before them) is skipped. llama.cpp wants a sequence's positions consecutive,
 so the gap is closed: the tokens after it sit as many positions earlier in the head's KV as were
 skipped before them (`_shift`; positions below `_gap_at` are the target's). RoPE sees only
 relative positions, so the head sees the tokens after the gap as if they followed the ones before
@@ -237,18 +238,21 @@ class MTPDrafter(Drafter):
         self._step_run = min(self._step_run, n_feed)
 
     def _skip_missed(self) -> None:
-        """Drop the queued tokens of plain steps but the last CATCH_UP_KEEP (the gap is closed:
-        see the module docstring)."""
-        n_skip = self._step_run - CATCH_UP_KEEP
-        if n_skip <= 0:
+        """After more than CATCH_UP_KEEP plain steps, drop the queued tokens but the last
+        CATCH_UP_KEEP (the gap is closed: see the module docstring). The prompt goes too when it
+        is still queued: on the default model the drafts after plain steps were accepted as often
+        without it as with every token fed (0.53 at the first position), and less often (0.46)
+        with the prompt fed and the plain steps' tokens skipped; feeding it made the first draft
+        3x dearer (bench/results/policy-auto/round5/skip_prompt.txt)."""
+        if self._step_run <= CATCH_UP_KEEP:
             return
         n = len(self._feed)
-        a = n - self._step_run  # where the plain steps' tokens start in the queue
+        n_skip = n - CATCH_UP_KEEP
         if self._gap_at is None:
-            self._gap_at = self._kv_end + a
+            self._gap_at = self._kv_end
         # each token's row moves with it (the pending row, at n, too)
-        self._rows[a : n - n_skip + 1] = self._rows[a + n_skip : n + 1]
-        del self._feed[a : a + n_skip]
+        self._rows[: n - n_skip + 1] = self._rows[n_skip : n + 1]
+        del self._feed[:n_skip]
         # the queue's first token keeps its head position kv_end - shift
         self._kv_end += n_skip
         self._shift += n_skip
