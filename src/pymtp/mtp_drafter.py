@@ -19,9 +19,9 @@ Two modes:
 
 After a run of plain steps (a draft length of 0) longer than CATCH_UP_KEEP, the head is fed only
 the last CATCH_UP_KEEP queued tokens: the rest (the plain steps' other tokens, and the prompt or a
-draft step's tokens queued before them) is skipped. llama.cpp wants a sequence's positions consecutive,
-so the gap is closed: the tokens after it sit as many positions earlier in the head's KV as were
-skipped before them (`_shift`; positions below `_gap_at` are the target's). RoPE sees only
+draft step's tokens queued before them) is skipped. llama.cpp wants a sequence's positions
+consecutive, so the gap is closed: the tokens after it sit as many positions earlier in the
+head's KV as were skipped before them (`_shift`; positions below `_gap_at` are the target's). RoPE sees only
 relative positions, so the head sees the tokens after the gap as if they followed the ones before
 it directly. Drafts stay lossless either way: the target verifies them.
 
