@@ -262,6 +262,39 @@ def test_the_heads_catch_up_is_learned_from_drafts_after_plain_steps():
     assert p.costs.catch_up() == pytest.approx(0.05, rel=0.05)
 
 
+def test_the_head_is_fed_only_the_last_plain_tokens_and_priced_so():
+    """After a run of plain steps the head is fed only the last CATCH_UP_KEEP tokens they emitted
+    (pymtp.mtp_drafter): a draft after 20 plain steps that took 0.05 s more per fed token teaches
+    0.05 s per token (not per plain step), and a plain step carries the catch-up of its token
+    only in the share of plain steps whose token is fed: all of them at a gap between probes of
+    at most CATCH_UP_KEEP, fewer at longer gaps."""
+    from pymtp.costs import CATCH_UP_KEEP
+
+    table = {1: 1.0, 2: 1.3, 3: 1.6, 4: 1.9}
+    p = auto(n_draft=3, costs=CostModel(table, 0.1))
+
+    def step(k, n_acc, t_draft):
+        p.next_length(100)
+        p.asked = k
+        p.update(k, n_acc, t_draft, table[k + 1])
+
+    for _ in range(4):
+        step(2, 2, 0.2)
+    for _ in range(20):
+        step(0, 0, 0.0)
+    step(2, 2, 0.2 + 0.05 * CATCH_UP_KEEP)
+    assert p.costs.catch_up() == pytest.approx(0.05, rel=0.05)
+
+    fixed = auto(n_draft=3, costs=CostModel.table(table, 0.05, catch_up=0.4))
+
+    def plain_cost(gap):
+        fixed.probes.gap = gap
+        return fixed.expected(100)[1][0] - table[1]
+
+    assert plain_cost(CATCH_UP_KEEP) == pytest.approx(0.4)
+    assert plain_cost(4 * CATCH_UP_KEEP) == pytest.approx(0.1)
+
+
 def test_a_longer_draft_that_the_calibration_made_too_dear_is_tried():
     """The calibration says 5 rows cost 4x one row (a burst of load during it); they cost 2.2x.
     At full acceptance three-token drafts then seem best, and a four-token draft's verify would

@@ -34,6 +34,10 @@ CALIBRATION_REPEATS = 3
 #: The head's catch-up per token before it was timed, relative to a draft token (a batch of
 #: fed rows costs the head less per row than one decode).
 CATCH_UP_PRIOR = 0.25
+#: After plain steps, the head is fed this many of the tokens they emitted (the last ones; the rest
+#: is skipped: pymtp.mtp_drafter). Feeding all of them (about 30 after a run of plain steps on the
+#: default model) was most of a probe's cost; acceptance against cost: docs/performance/drafting.md.
+CATCH_UP_KEEP = 6
 #: Verifies the load is the median of.
 LOAD_SPAN = 9
 #: Pseudo-counts of the calibration's shape of W(n) against the learned one.
@@ -163,12 +167,12 @@ class CostModel:
 
     def catch_up(self, mode: str = "greedy") -> float:
         """Seconds per token the head spends, at the next draft, on a token a plain step emitted
-        (at the current load)."""
+        that it is fed (at the current load; it is fed the last CATCH_UP_KEEP of them)."""
         return self._mean(("catch", mode), self._catch_up) * self.load()
 
     def observe_catch_up(self, n_tokens: int, seconds: float, mode: str = "greedy") -> None:
         """A draft after plain steps spent these seconds (beyond its draft tokens') feeding the
-        head the n_tokens those steps emitted."""
+        head n_tokens of the tokens those steps emitted."""
         if n_tokens >= 1 and seconds >= 0:
             self._observe(("catch", mode), self._catch_up, 0.0, seconds / n_tokens / self.load(), clip=True)
 

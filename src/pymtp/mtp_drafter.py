@@ -17,6 +17,14 @@ Two modes:
   KV layer, so accepted tokens are fed once per head, and draft step i
   re-decodes the drafted prefix with head i (as llama.cpp's driver does); one text at a time.
 
+After a run of plain steps (a draft length of 0) longer than CATCH_UP_KEEP, the head is fed only
+the last CATCH_UP_KEEP queued tokens: the rest (the plain steps' other tokens, and the prompt or a
+draft step's tokens queued before them) is skipped. llama.cpp wants a sequence's positions
+consecutive, so the gap is closed: the tokens after it sit as many positions earlier in the
+head's KV as were skipped before them (`_shift`; positions below `_gap_at` are the target's). RoPE sees only
+relative positions, so the head sees the tokens after the gap as if they followed the ones before
+it directly. Drafts stay lossless either way: the target verifies them.
+
 Also here: draft_all, the drafting of one engine step (every text's plan; the HeadJobs made
 together).
 """
@@ -30,6 +38,7 @@ import numpy as np
 
 from ._native import ffi, lib
 from .config import SpecConfig
+from .costs import CATCH_UP_KEEP
 from .draft_vocab import frequent_tokens
 from .drafter import Draft, Drafter, DraftRequest, HeadJob
 from .errors import UnsupportedError
@@ -46,6 +55,8 @@ class HeadState:
     kv: np.ndarray
     kv_end: int
     pending: np.ndarray | None
+    shift: int = 0  # positions skipped (a closed gap): the head's position = the target's - shift
+    gap_at: int | None = None  # the first skipped position (below it the positions are the target's)
 
 
 def draft_all(drafters: list[Drafter | None], requests: list[DraftRequest]) -> list[Draft]:
@@ -91,7 +102,11 @@ class MTPDrafter(Drafter):
         self._rows = np.zeros((cap, self.n_embd), dtype=np.float32)
         self._feed: list[int] = []
         self._has_pending = False
-        self._kv_end = 0  # the draft KV holds positions < kv_end
+        self._kv_end = 0  # the draft KV holds positions < kv_end (but those skipped)
+        self._shift = 0  # positions skipped so far: the head's KV holds position p at p - shift
+        self._gap_at: int | None = None  # the first position skipped (None: none)
+        self._step_run = 0  # queued tokens at the queue's end that plain steps handed off
+        self.skipped = 0  # tokens the head was never fed (a count, for stats and tests)
         self._own = np.zeros((self.n_heads + 17, self.n_embd), dtype=np.float32)  # head's own rows
         self._vocab_asked = 0
         self.vocab_size = 0  # the trimmed draft vocabulary's size (0: all tokens)
@@ -152,25 +167,34 @@ class MTPDrafter(Drafter):
         self._feed.clear()
         self._has_pending = False
         self._kv_end = 0
+        self._shift, self._gap_at, self._step_run = 0, None, 0
 
     def truncate(self, n_keep: int) -> int:
         """Keep at most the first n_keep positions of the draft KV; returns how many it kept
         (positions queued but not yet fed are fed first when the cut keeps them). The next
         observe() must start at position kept - 1, whose hidden row pairs with the token at kept."""
         if n_keep > self._kv_end and self._feed:
-            self._flush()  # queued by plain steps (k = 0 drafts nothing): keep them too
+            self._flush(skip=False)  # queued by plain steps (k = 0 drafts nothing): keep them too
         kept = min(n_keep, self._kv_end)
-        self.rollback.trim(kept)
+        gap = self._gap_at
+        if gap is not None and kept - self._shift < gap:
+            # the cut falls below the gap or inside it: keep what lies below it, where the
+            # positions are the target's
+            kept = min(kept, gap)
+            self._shift, self._gap_at = 0, None
+        self.rollback.trim(kept - self._shift)
         self._kv_end = kept
         self._feed.clear()
+        self._step_run = 0
         self._has_pending = False
         return kept
 
     def save(self) -> HeadState:
         """The head's state at the end of the text (the queue is fed first: the next draft
         would feed it anyway)."""
-        self._flush()
-        return HeadState(self.ctx.get_state(), self._kv_end, self._rows[0].copy() if self._has_pending else None)
+        self._flush(skip=False)
+        pending = self._rows[0].copy() if self._has_pending else None
+        return HeadState(self.ctx.get_state(), self._kv_end, pending, self._shift, self._gap_at)
 
     def load(self, saved: HeadState) -> None:  # type: ignore[override]  # what its own save() gave
         if self.n_heads > 1:
@@ -178,6 +202,7 @@ class MTPDrafter(Drafter):
         self.ctx.set_state(saved.kv)
         self._feed.clear()
         self._kv_end = saved.kv_end
+        self._shift, self._gap_at, self._step_run = saved.shift, saved.gap_at, 0
         self._has_pending = saved.pending is not None
         if self._has_pending:
             self._rows[0] = saved.pending
@@ -189,7 +214,7 @@ class MTPDrafter(Drafter):
 
         Queues each token with the hidden row one position earlier; the last
         row becomes the pairing row of the next token."""
-        n_feed = len(self._feed)
+        n_feed = n_before = len(self._feed)
         for i, tok in enumerate(tokens):
             pos = pos0 + i
             if pos < self._kv_end:
@@ -207,9 +232,38 @@ class MTPDrafter(Drafter):
         # _rows[n_feed] is the pending row; for i == 0 the old pending row already sits there.
         self._rows[n_feed] = hidden[len(tokens) - 1]
         self._has_pending = True
+        # a plain step hands off one token (a prompt or a draft step, more): the head may skip
+        # plain steps' tokens but the last CATCH_UP_KEEP
+        self._step_run = self._step_run + max(0, n_feed - n_before) if len(tokens) == 1 else 0
+        self._step_run = min(self._step_run, n_feed)
 
-    def _flush(self) -> None:
-        """Feed the queued tokens to the draft KV (every head) without drafting."""
+    def _skip_missed(self) -> None:
+        """After more than CATCH_UP_KEEP plain steps, drop the queued tokens but the last
+        CATCH_UP_KEEP (the gap is closed: see the module docstring). The prompt goes too when it
+        is still queued: on the default model the drafts after plain steps were accepted as often
+        without it as with every token fed (0.53 at the first position), and less often (0.46)
+        with the prompt fed and the plain steps' tokens skipped; feeding it made the first draft
+        3x dearer (bench/results/policy-auto/round5/skip_prompt.txt)."""
+        if self._step_run <= CATCH_UP_KEEP:
+            return
+        n = len(self._feed)
+        n_skip = n - CATCH_UP_KEEP
+        if self._gap_at is None:
+            self._gap_at = self._kv_end
+        # each token's row moves with it (the pending row, at n, too)
+        self._rows[: n - n_skip + 1] = self._rows[n_skip : n + 1]
+        del self._feed[:n_skip]
+        # the queue's first token keeps its head position kv_end - shift
+        self._kv_end += n_skip
+        self._shift += n_skip
+        self._step_run = CATCH_UP_KEEP
+        self.skipped += n_skip
+
+    def _flush(self, skip: bool = True) -> None:
+        """Feed the queued tokens to the draft KV (every head) without drafting (skip: but those
+        of plain steps that _skip_missed drops)."""
+        if skip:
+            self._skip_missed()
         n = len(self._feed)
         if n == 0:
             return
@@ -219,7 +273,7 @@ class MTPDrafter(Drafter):
                 # per head; seq_rm frees the cells and the next head refills the same ones.
                 self.ctx.set_head(head)
                 if head > 0:
-                    self.ctx.seq_rm(self._kv_end)
+                    self.ctx.seq_rm(self._kv_end - self._shift)
             # no logits: these rows only fill the KV
             _decode_parts(self.ctx.ctx, [self._queue_rows()], outputs=False)
         self.queue_fed()
@@ -238,17 +292,18 @@ class MTPDrafter(Drafter):
             return Draft()  # nothing pairs with the last token yet
         if self.chained:
             return self._propose_chained(request)
+        self._skip_missed()
         return HeadJob(self, request, self)
 
     def _first_rows(self, last_token: int) -> tuple[int, list[int], np.ndarray, int]:
         """The first draft decode's part: (seq_id, the queue plus last_token, one hidden row
         each, first position); the head's prediction comes from its last row."""
         tokens = self._feed + [last_token]
-        return self.ctx.seq_id, tokens, self._rows[: len(tokens)], self._kv_end
+        return self.ctx.seq_id, tokens, self._rows[: len(tokens)], self._kv_end - self._shift
 
     def _queue_rows(self) -> tuple[int, list[int], np.ndarray, int]:
         n = len(self._feed)
-        return self.ctx.seq_id, list(self._feed), self._rows[:n], self._kv_end
+        return self.ctx.seq_id, list(self._feed), self._rows[:n], self._kv_end - self._shift
 
     def queue_fed(self) -> None:
         """The queued tokens are in the draft KV now."""
@@ -256,21 +311,27 @@ class MTPDrafter(Drafter):
         self._kv_end += n
         self._rows[0] = self._rows[n]
         self._feed.clear()
+        self._step_run = 0
+
+    def head_pos(self, pos: int) -> int:
+        """Where the target's position pos (at or past the queue) sits in the head's KV."""
+        return pos - self._shift
 
     def _first_fed(self, n_past: int) -> None:
         self._feed.clear()
+        self._step_run = 0
         self._kv_end = n_past + 1
 
     def _draft_done(self, n_past: int, k: int, draft: Draft) -> None:
         if k > 1 and draft.tokens:
             # Rows past last_token hold the head's own hidden rows, not the target's.
-            self.rollback.trim(n_past + 1)
+            self.rollback.trim(self.head_pos(n_past + 1))
         # The pending row (paired with last_token) is consumed; observe() sets the next.
         self._has_pending = False
 
     def _propose_chained(self, r: DraftRequest) -> Draft:
         self._flush()
-        n_past, k = r.n_past, min(r.k, self.n_heads)
+        n_past, k = self.head_pos(r.n_past), min(r.k, self.n_heads)
         draft = Draft(q=None if r.sampler.config.greedy else Q_IN_SLOTS)
         self._own[0] = self._rows[0]
         tokens = [r.last_token]
@@ -285,7 +346,7 @@ class MTPDrafter(Drafter):
             tokens.append(draft.tokens[-1])
         self.ctx.set_head(0)
         self.rollback.trim(n_past)
-        self._kv_end = n_past
+        self._kv_end = r.n_past
         # last_token is not fed: observe() queues it with the old pending row.
         return draft
 
@@ -315,9 +376,7 @@ def draft_with_heads(jobs: list[HeadJob]) -> list[Draft]:
         drafters[i]._first_fed(reqs[i].n_past)
     if all(r.plain_greedy for r in reqs):
         # every recursion in one native call: argmax, own hidden row, one decode per position
-        _draft_greedy(
-            ctx, [drafters[i].ctx.seq_id for i in order], [reqs[i] for i in order], [drafts[i] for i in order]
-        )
+        _draft_greedy(ctx, [drafters[i] for i in order], [reqs[i] for i in order], [drafts[i] for i in order])
     else:
         own = ctx.hidden()[: len(longer)]  # the long drafts' last-token rows
         own_of = {i: own[n].copy() for n, i in enumerate(longer)}
@@ -329,7 +388,12 @@ def draft_with_heads(jobs: list[HeadJob]) -> list[Draft]:
             _decode_parts(
                 ctx,
                 [
-                    (drafters[i].ctx.seq_id, [drafts[i].tokens[-1]], own_of[i][None, :], reqs[i].n_past + depth)
+                    (
+                        drafters[i].ctx.seq_id,
+                        [drafts[i].tokens[-1]],
+                        own_of[i][None, :],
+                        drafters[i].head_pos(reqs[i].n_past + depth),
+                    )
                     for i in going
                 ],
                 outputs=True,
@@ -343,7 +407,7 @@ def draft_with_heads(jobs: list[HeadJob]) -> list[Draft]:
     return drafts
 
 
-def _draft_greedy(ctx: DraftContext, seq_ids: list[int], reqs: list[DraftRequest], drafts: list[Draft]) -> None:
+def _draft_greedy(ctx: DraftContext, drafters: list[MTPDrafter], reqs: list[DraftRequest], drafts: list[Draft]) -> None:
     """Greedy recursions of the texts whose predictions are the last decode's rows, in order."""
     n = len(reqs)
     n_max = np.array([r.k for r in reqs], dtype=np.int32)
@@ -351,8 +415,8 @@ def _draft_greedy(ctx: DraftContext, seq_ids: list[int], reqs: list[DraftRequest
     probs = np.empty(ids.shape, dtype=np.float32)
     n_out = np.empty(n, dtype=np.int32)
     ctx.draft_greedy(
-        np.array(seq_ids, dtype=np.int32),
-        np.array([r.n_past + 1 for r in reqs], dtype=np.int32),
+        np.array([d.ctx.seq_id for d in drafters], dtype=np.int32),
+        np.array([d.head_pos(r.n_past + 1) for d, r in zip(drafters, reqs)], dtype=np.int32),
         n_max,
         np.array([r.p_min for r in reqs], dtype=np.float32),
         ids,

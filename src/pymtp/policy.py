@@ -5,7 +5,7 @@
 
       E_tokens(k) / cost(k),   E_tokens(k) = 1 + sum_{i<=k} prod_{j<=i} kept_j * a_j,
       cost(k) = c_verify(1 + E[rows]) + E[head decodes] * c_draft,
-      cost(0) = c_verify(1) + c_catch                                 (a plain step),
+      cost(0) = c_verify(1) + c_catch * min(1, KEEP / gap)            (a plain step),
 
   with a_j the recent acceptance at draft position j (decayed counts with a prior), kept_j how
   often the confidence cut keeps the head's token there (a dropped token ends the draft: its
@@ -13,27 +13,27 @@
   predicted by a CostModel of this model on this machine. The same without the cut (kept_j = 1,
   the acceptance of every drafted token) competes: a head that understates its tokens' chance
   drafts without it. While k = 0 wins it drafts now and then (a probe, with backoff) so that its
-  estimates stay current; the head is then fed every token the plain steps emitted (c_catch per
-  token, which the plain step's cost carries: each plain token is fed at the next draft).
+  estimates stay current; the head is then fed the last KEEP (CATCH_UP_KEEP) tokens the plain
+  steps emitted (c_catch per token; a plain step carries its share, with gap the plain steps
+  between probes).
 * ``fixed`` / ``adaptive`` (DraftPolicy, pymtp.fixed_policy): the earlier policies (a fixed
   length with cooldown; a line fitted to verify times), kept for research and benchmarks.
 
 The costs come from pymtp.costs (CostModel: calibrated per model and thread count, corrected
-online). In a Batch the sequences share one verify: each chooses beside the rows the others
-bring (plan_batch).
+online), the acceptance estimates from pymtp.estimates. In a Batch the sequences share one
+verify: each chooses beside the rows the others bring (plan_batch).
 """
 
 from __future__ import annotations
 
-import threading
 import time
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from .config import SpecConfig
-from .costs import CostModel, calibrate, costs_for, use_costs
+from .costs import CATCH_UP_KEEP, CostModel, calibrate, costs_for, use_costs
+from .estimates import Acceptance, carried
 from .fixed_policy import DraftPolicy
 
 __all__ = [
@@ -49,8 +49,6 @@ __all__ = [
     "use_costs",
 ]
 
-#: Acceptance of a draft position before any evidence (and what an unseen position borrows).
-PRIOR_RATE = 0.6
 #: Plain steps between probes while k = 0 wins: the first gap, and the most it backs off to.
 PROBE_FIRST, PROBE_MAX = 8, 64
 #: ... the shortest gap, after accepted probes; the share of the time probes may lose at most,
@@ -86,90 +84,6 @@ FREE_SEEN = 8.0
 #: e.g. 3-token drafts on 27% of the steps where they earn 6% less than 2-token ones.) Plain
 #: steps take over without a margin: a draft that loses to them is not held.
 HOLD_MARGIN = 1.03
-# ---- acceptance -----------------------------------------------------------------------------------
-
-
-class Acceptance:
-    """Acceptance per draft position: decayed (accepted, reached) counts. Position j's rate is
-    (accepted_j + r_{j-1}) / (reached_j + 1): one pseudo-count at the rate of the position before
-    (PRIOR_RATE before position 0), so an unseen position borrows its predecessor's rate."""
-
-    # (plain lists: K is small and the policy runs every step)
-
-    def __init__(self, n: int, window: int, prior: float = PRIOR_RATE) -> None:
-        self.reached = [0.0] * n
-        self.accepted = [0.0] * n
-        self.prior = prior
-        self._decay = 1.0 - 1.0 / window
-
-    def rates(self, prior: float | None = None) -> list[float]:
-        """(prior: position 0's pseudo-count rate instead of self.prior)"""
-        out, prev = [], self.prior if prior is None else prior
-        for a, r in zip(self.accepted, self.reached):
-            prev = (a + prev) / (r + 1.0)
-            out.append(prev)
-        return out
-
-    def discount(self, factor: float) -> None:
-        """Make the evidence so far count `factor` times as much."""
-        self.reached = [x * factor for x in self.reached]
-        self.accepted = [x * factor for x in self.accepted]
-
-    def update(self, n_drafted: int, n_accepted: int, weight: float = 1.0) -> None:
-        checked = min(n_drafted, n_accepted + 1)  # tokens past the first rejection go unchecked
-        self.count(checked, n_accepted, weight)
-
-    def count(self, n_reached: int, n_passed: int, weight: float = 1.0) -> None:
-        """The first n_reached positions were tried, the first n_passed of them passed (counted
-        `weight` times)."""
-        d = self._decay
-        self.reached = [x * d + weight * (i < n_reached) for i, x in enumerate(self.reached)]
-        self.accepted = [x * d + weight * (i < n_passed) for i, x in enumerate(self.accepted)]
-
-
-@dataclass
-class ProbeClock:
-    """When the next probe is due while plain steps win: plain steps since the last draft and
-    the gap the probes are at (carried from one generation to the next, like the acceptance:
-    short generations would otherwise each probe at the first gap)."""
-
-    plain_run: int = 0
-    gap: float = PROBE_FIRST
-
-
-# model -> {key: (acceptance of kept tokens, of all tokens, keep rate, ProbeClock)}
-_CARRIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_CARRIED_LOCK = threading.Lock()
-#: A new generation starts from the last generation's estimates on the model, worth at most this
-#: many windows of evidence (a new text shows itself within a few steps; halving them instead
-#: shrank the evidence of many short generations to nothing, and each rejected probe then swung
-#: the estimate by half).
-CARRY = 0.5
-
-
-def _carried(model, key, window: int) -> tuple[Acceptance, Acceptance, Acceptance, ProbeClock]:
-    """A new policy's acceptance and keep-rate estimates and probe clock: the last ones of this
-    model and drafter (the evidence capped at CARRY windows), else the priors; the new policy's
-    become the model's last."""
-    n = key[1]
-    acc, acc_all, keep = Acceptance(n, window), Acceptance(n, window), Acceptance(n, window, prior=1.0)
-    clock = ProbeClock()
-    if model is None:
-        return acc, acc_all, keep, clock
-    with _CARRIED_LOCK:
-        per_model = _CARRIED.setdefault(model, {})
-        last = per_model.get(key)
-        if last is not None:
-            for new, old in zip((acc, acc_all, keep), last[:3]):
-                most = max(old.reached, default=0.0)
-                f = min(1.0, CARRY * window / most) if most > 0 else 1.0
-                new.reached = [x * f for x in old.reached]
-                new.accepted = [x * f for x in old.accepted]
-            clock = ProbeClock(last[3].plain_run, last[3].gap)
-        per_model[key] = (acc, acc_all, keep, clock)
-    return acc, acc_all, keep, clock
-
-
 # ---- the auto policy ------------------------------------------------------------------------------
 
 
@@ -219,8 +133,8 @@ class AutoPolicy:
         # drafted token (drafts without a cut); kept: how often the head's token passes the cut,
         # per position (a token the cut drops ends the draft: its head decode is paid, its
         # verify row is not)
-        self.acceptance, self.acceptance_all, self.kept, self.probes = _carried(
-            model, (config.drafter, self.n_max, mode), config.adaptive_window
+        self.acceptance, self.acceptance_all, self.kept, self.probes = carried(
+            model, (config.drafter, self.n_max, mode), config.adaptive_window, PROBE_FIRST
         )
         self.asked = 0  # the draft length of this step, as the speculator bounded it
         self._ref_cut = 0.0  # the cut a draft without one would have had (what it would keep)
@@ -272,9 +186,11 @@ class AutoPolicy:
         self.last_rates = rates
         c = self.costs
         c_draft, o_plain, o_draft = c.draft_cost(self.mode), c.overhead(False, self.mode), c.overhead(True, self.mode)
-        # (a plain step's token is fed to the head at the next draft, a probe's or not: counted
-        # here, a run of plain steps looked free of it, and each probe after one paid it)
-        gain, cost = [tokens_before + 1.0], [c.verify(rows_before + 1, n_past) + o_plain + c.catch_up(self.mode)]
+        # (a plain step's token is fed to the head at the next draft, a probe's or not, when it is
+        # among the last CATCH_UP_KEEP: not counted, a run of plain steps looked free of it, and
+        # each probe after one paid it)
+        fed = min(1.0, CATCH_UP_KEEP / max(1.0, self.probes.gap))
+        gain, cost = [tokens_before + 1.0], [c.verify(rows_before + 1, n_past) + o_plain + fed * c.catch_up(self.mode)]
         reach, kept, rows, decodes = 1.0, 1.0, 0.0, 0.0
         for j in range(self.n_max):
             decodes += kept
@@ -413,7 +329,7 @@ class AutoPolicy:
                 self.costs.observe_overhead(
                     decodes > 0, min(step - t_draft - t_verify, 2 * (t_draft + t_verify)), self.mode
                 )
-            # a draft after plain steps (or the first) also feeds the head the tokens it missed;
+            # a draft after plain steps (or the first) also feeds the head tokens it missed;
             # the time is per head decode (a token the cut dropped was decoded too: counting
             # only the kept ones made a draft token seem 2-3x dearer than it is)
             if decodes and self._drafted_last and self._drafted_once:
@@ -422,7 +338,7 @@ class AutoPolicy:
                 # after plain steps: what the draft took beyond its draft tokens fed the head
                 # the tokens it missed
                 extra = t_draft - decodes * self.costs.draft_cost(self.mode)
-                self.costs.observe_catch_up(self._missed, max(0.0, extra), self.mode)
+                self.costs.observe_catch_up(min(self._missed, CATCH_UP_KEEP), max(0.0, extra), self.mode)
         if decodes and self.p_min > 0.0:
             self.kept.count(decodes, n_drafted)
             if n_drafted:
