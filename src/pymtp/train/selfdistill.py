@@ -228,9 +228,16 @@ def train(args, work: Path, log=print) -> dict:
     run.mkdir(parents=True, exist_ok=True)
     cfg = HeadConfig()
     W = torch.from_numpy(np.load(work / "embed.npy").astype(np.float32)).to(dev)
-    vocab = DraftVocab(np.load(work / "vocab.npy"), cfg.n_vocab, dev)
     ckpt = run / "ckpt.pt"
     st = torch.load(ckpt, map_location=dev, weights_only=False) if ckpt.exists() else None
+    # a run keeps the draft vocabulary it started with: prepare() rewrites vocab.npy, and a
+    # resumed chunk once picked up a new one halfway through run6 (loss and curve both changed)
+    vocab_ids = np.load(work / "vocab.npy").astype(np.int32)
+    if st is not None and "vocab" in st:
+        if not np.array_equal(st["vocab"], vocab_ids):
+            log(f"vocab.npy differs from the run's draft vocabulary: keeping the run's ({len(st['vocab'])} ids)")
+        vocab_ids = np.asarray(st["vocab"], np.int32)
+    vocab = DraftVocab(vocab_ids, cfg.n_vocab, dev)
     # the held-out curve's shards are those of the run's start, so that shards extracted
     # meanwhile (a resumed run trains on them) leave the curve comparable along the run
     n_eval_shards = (st or {}).get("eval_shards") or len(
@@ -292,6 +299,7 @@ def train(args, work: Path, log=print) -> dict:
                 "cpu_seconds": cpu,
                 "eval_shards": n_eval_shards,
                 "tokens_seen": tokens_seen,
+                "vocab": vocab_ids,
             },
             tmp,
         )
