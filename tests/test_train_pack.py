@@ -117,3 +117,31 @@ def test_packed_crops_fill_rows_with_whole_document_pieces():
     assert crops.padding(np.random.default_rng(1), 8, packed=False) > crops.padding(
         np.random.default_rng(1), 8, packed=True
     )
+
+
+def test_domain_weights_set_how_often_each_domain_is_drawn():
+    docs = _docs([40, 40, 40, 40])
+    docs.domain = np.asarray(["code", "chat", "chat", "chat"])
+    rng = np.random.default_rng(0)
+    # unweighted: a quarter of the draws are the code document
+    assert abs(np.mean(Crops(docs, 32)._pick(rng, 4000) == 0) - 0.25) < 0.03
+    # code weighted 3: half of them
+    assert abs(np.mean(Crops(docs, 32, {"code": 3.0})._pick(rng, 4000) == 0) - 0.5) < 0.03
+    # weight 0: never drawn, in padded and packed batches alike
+    crops = Crops(docs, 32, {"chat": 0.0})
+    toks = crops.packed(rng, 4, "cpu")[0]
+    assert ((toks < 40) | (toks == 0)).all()  # tokens are global offsets mod 50: doc 0 is 0..39
+    with pytest.raises(ValueError, match="not in the data"):
+        Crops(docs, 32, {"prose": 2.0})
+    with pytest.raises(ValueError, match=">= 0"):
+        Crops(docs, 32, {"code": 0.0, "chat": 0.0})
+
+
+def test_domain_weight_arguments_parse_or_say_why_not():
+    from pymtp.train.selfdistill import parse_weights
+
+    assert parse_weights(["code=2", " docs = 0.5"]) == {"code": 2.0, "docs": 0.5}
+    assert parse_weights(None) == {}
+    for bad in ("code", "code=x", "=2"):
+        with pytest.raises(ValueError, match="DOMAIN=NUMBER"):
+            parse_weights([bad])

@@ -93,3 +93,19 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(work, capsys):
     curve = head.with_suffix(".loss.csv").read_text().splitlines()
     assert curve[0].startswith("step,seconds") and "held_chain3" in curve[0]
     assert head.stat().st_size < 25 * 1024 * 1024
+
+
+def test_a_resumed_run_keeps_its_draft_vocabulary(work, capsys):
+    """prepare() may rewrite vocab.npy while a run is stopped: the run goes on with its own."""
+    selfdistill.main(["--work", str(work), "--run", "vocab-straight", *ARGS])
+    selfdistill.main(["--work", str(work), "--run", "vocab-resumed", *ARGS, "--stop-at", "2"])
+    before = np.load(work / "vocab.npy")
+    try:
+        np.save(work / "vocab.npy", np.arange(1000, 3000, dtype=np.int32))
+        selfdistill.main(["--work", str(work), "--run", "vocab-resumed", *ARGS])
+    finally:
+        np.save(work / "vocab.npy", before)
+    assert "keeping the run's (2000 ids)" in capsys.readouterr().out
+    a = _state(work / "vocab-straight" / selfdistill.HEAD_FILE)
+    b = _state(work / "vocab-resumed" / selfdistill.HEAD_FILE)
+    assert all(torch.equal(a[k], b[k]) for k in a)

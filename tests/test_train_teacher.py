@@ -41,6 +41,47 @@ def test_top_k_logprobs_are_the_largest_in_order():
     assert np.abs(logp.astype(np.float32) - np.take_along_axis(full, want, 1)).max() < 2e-3
 
 
+def _top_k_before(logits, k):
+    """The selection extraction used before the blocked one (argpartition over whole rows)."""
+    idx = np.argpartition(-logits, k - 1, axis=1)[:, :k]
+    top = np.take_along_axis(logits, idx, axis=1)
+    order = np.argsort(-top, axis=1, kind="stable")
+    idx, top = np.take_along_axis(idx, order, axis=1), np.take_along_axis(top, order, axis=1)
+    m = logits.max(axis=1, keepdims=True)
+    lse = m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True, dtype=np.float64)).astype(np.float32)
+    return idx.astype(np.uint16), (top - lse).astype(np.float16)
+
+
+@pytest.mark.parametrize("shape,block", [((64, 49152), 64), ((40, 300), 10), ((40, 300), 7)])
+def test_blocked_top_k_equals_the_whole_row_selection(shape, block):
+    rng = np.random.default_rng(1)
+    # a peaked distribution like a trunk's, plus rows whose top values tie (the same logit on
+    # several ids, inside one block and across blocks)
+    logits = (rng.standard_normal(shape) * 2 + rng.gumbel(size=shape) * 2).astype(np.float32)
+    logits[::3, 5:9] = logits[::3].max(axis=1, keepdims=True)
+    logits[1::3, [2, 40, 200]] = logits[1::3].max(axis=1, keepdims=True) - 0.5
+    k = 32 if shape[1] > 1000 else 8
+    ids, logp = teacher.top_k_logprobs(logits, k, block=block)
+    want_ids, want_logp = _top_k_before(logits, k)
+    assert ids.dtype == np.uint16 and logp.dtype == np.float16 and ids.shape == (shape[0], k)
+    assert (logp == want_logp).all()  # the same log-probs, bit for bit
+    vals = np.take_along_axis(logits, ids.astype(np.int64), 1)
+    assert (vals == np.take_along_axis(logits, want_ids.astype(np.int64), 1)).all()
+    assert (np.diff(vals, axis=1) <= 0).all()
+    # the same ids where the values differ; tied values in ascending id order
+    tie = np.zeros_like(vals, bool)
+    tie[:, 1:] |= vals[:, 1:] == vals[:, :-1]
+    tie[:, :-1] |= vals[:, 1:] == vals[:, :-1]
+    assert tie.any() and (ids[~tie] == want_ids[~tie]).all()
+    same = vals[:, 1:] == vals[:, :-1]
+    assert (ids[:, 1:][same] > ids[:, :-1][same]).all()
+    for r in range(shape[0]):  # ties cut at the k-th place: a largest value never left out
+        assert (logits[r] > vals[r, -1]).sum() <= k - 1
+    # the whole-row form (the tiny model's path) gives the same ids, ties included
+    w_ids, w_logp = teacher.top_k_logprobs_whole_rows(logits, k)
+    assert (w_logp == logp).all() and ((w_ids == ids) | tie).all()
+
+
 def test_extraction_matches_one_decode_per_document_and_resumes(tiny, tmp_path):
     docs = _docs(tiny)
     out = tmp_path / "teacher"

@@ -128,10 +128,24 @@ class Crops:
 
     MIN_PIECE = 16  # a row's last few positions stay padding rather than hold a tiny crop
 
-    def __init__(self, docs: teacher.Documents, seq: int):
+    def __init__(self, docs: teacher.Documents, seq: int, domain_weights: dict[str, float] | None = None):
         self.d, self.seq = docs, seq
         lens = np.diff(docs.offsets)
         self.ok = np.flatnonzero(lens >= 8)
+        # each document is drawn with probability proportional to its domain's weight (1 unless
+        # named): a domain that a run would otherwise lose (human code) can be seen more often
+        self.p: np.ndarray | None = None
+        if domain_weights:
+            unknown = set(domain_weights) - {str(x) for x in docs.domain}
+            if unknown:
+                raise ValueError(f"domain weights for domains not in the data: {sorted(unknown)}")
+            w = np.asarray([domain_weights.get(str(docs.domain[i]), 1.0) for i in self.ok], np.float64)
+            if (w < 0).any() or w.sum() <= 0:
+                raise ValueError("domain weights must be >= 0 and leave some document drawable")
+            self.p = w / w.sum()
+
+    def _pick(self, rng: np.random.Generator, n: int | None = None):
+        return rng.choice(self.ok, size=n, p=self.p)
 
     def _arrays(self, n: int):
         d, L = self.d, self.seq
@@ -160,7 +174,7 @@ class Crops:
 
     def batch(self, rng: np.random.Generator, n: int, device):
         arrays = self._arrays(n)
-        for b, i in enumerate(rng.choice(self.ok, size=n)):
+        for b, i in enumerate(self._pick(rng, n)):
             self._put(arrays, b, 0, int(i), self.seq, rng)
         return _tensors(arrays, device)
 
@@ -170,7 +184,7 @@ class Crops:
         for b in range(n):
             at, k = 0, 0
             while self.seq - at >= self.MIN_PIECE:
-                take = self._put(arrays, b, at, int(rng.choice(self.ok)), self.seq - at, rng)
+                take = self._put(arrays, b, at, int(self._pick(rng)), self.seq - at, rng)
                 seg[b, at : at + take] = k
                 at, k = at + take, k + 1
         return _tensors(arrays + (seg,), device)
@@ -179,6 +193,20 @@ class Crops:
         """The share of positions a batch leaves unused (mask False), over n batches of 8 rows."""
         make = self.packed if packed else self.batch
         return float(np.mean([1 - make(rng, 8, "cpu")[4].float().mean().item() for _ in range(n)]))
+
+
+def parse_weights(items: list[str] | None) -> dict[str, float]:
+    """["code=2", "docs=0.5"] -> {"code": 2.0, "docs": 0.5}."""
+    out = {}
+    for it in items or []:
+        name, sep, val = it.partition("=")
+        try:
+            out[name.strip()] = float(val)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise ValueError(f"a domain weight is DOMAIN=NUMBER, not {it!r}")
+    return out
 
 
 def _tensors(arrays, device):
@@ -200,16 +228,23 @@ def train(args, work: Path, log=print) -> dict:
     run.mkdir(parents=True, exist_ok=True)
     cfg = HeadConfig()
     W = torch.from_numpy(np.load(work / "embed.npy").astype(np.float32)).to(dev)
-    vocab = DraftVocab(np.load(work / "vocab.npy"), cfg.n_vocab, dev)
     ckpt = run / "ckpt.pt"
     st = torch.load(ckpt, map_location=dev, weights_only=False) if ckpt.exists() else None
+    # a run keeps the draft vocabulary it started with: prepare() rewrites vocab.npy, and a
+    # resumed chunk once picked up a new one halfway through run6 (loss and curve both changed)
+    vocab_ids = np.load(work / "vocab.npy").astype(np.int32)
+    if st is not None and "vocab" in st:
+        if not np.array_equal(st["vocab"], vocab_ids):
+            log(f"vocab.npy differs from the run's draft vocabulary: keeping the run's ({len(st['vocab'])} ids)")
+        vocab_ids = np.asarray(st["vocab"], np.int32)
+    vocab = DraftVocab(vocab_ids, cfg.n_vocab, dev)
     # the held-out curve's shards are those of the run's start, so that shards extracted
     # meanwhile (a resumed run trains on them) leave the curve comparable along the run
     n_eval_shards = (st or {}).get("eval_shards") or len(
         json.loads((work / "teacher" / teacher.MANIFEST).read_text())["shards"]
     )
     tr, he = teacher.load(work / "teacher", False), teacher.load(work / "teacher", True, n_shards=n_eval_shards)
-    crops, held = Crops(tr, args.seq), Crops(he, args.seq)
+    crops, held = Crops(tr, args.seq, parse_weights(args.domain_weight)), Crops(he, args.seq)
     log(
         f"training on {tr.n_tokens} tokens ({len(crops.ok)} documents), held-out {he.n_tokens}; "
         f"draft vocabulary {len(vocab.ids)}; device {dev}, torch threads {torch.get_num_threads()}"
@@ -234,11 +269,20 @@ def train(args, work: Path, log=print) -> dict:
         log(f"resumed at step {step}")
     eval_rng = np.random.default_rng(args.seed + 1)
     eval_batches = [held.batch(eval_rng, args.batch, "cpu") for _ in range(args.eval_batches)]
+    # held-out human code on its own as well: the domain that earlier runs lost
+    code_batches = []
+    if args.eval_code_batches and "code" in {str(x) for x in he.domain}:
+        held_code = Crops(teacher.load(work / "teacher", True, domains={"code"}, n_shards=n_eval_shards), args.seq)
+        code_rng = np.random.default_rng(args.seed + 2)
+        code_batches = [held_code.batch(code_rng, args.batch, "cpu") for _ in range(args.eval_code_batches)]
 
     def evaluate() -> dict:
-        return {"step": step, "seconds": round(seconds, 1)} | held_figures(
-            head, W, vocab, eval_batches, args.chain, args.feed
-        )
+        row = {"step": step, "seconds": round(seconds, 1)}
+        row |= held_figures(head, W, vocab, eval_batches, args.chain, args.feed)
+        if code_batches:
+            figs = held_figures(head, W, vocab, code_batches, args.chain, args.feed)
+            row |= {"code_" + k: v for k, v in figs.items() if k.startswith(("held_agree", "held_chain"))}
+        return row
 
     def save() -> None:
         tmp = ckpt.with_suffix(".tmp")
@@ -255,6 +299,7 @@ def train(args, work: Path, log=print) -> dict:
                 "cpu_seconds": cpu,
                 "eval_shards": n_eval_shards,
                 "tokens_seen": tokens_seen,
+                "vocab": vocab_ids,
             },
             tmp,
         )
@@ -422,6 +467,12 @@ def parser() -> argparse.ArgumentParser:
         default=True,
         help="fill each training row with several documents (attention and targets kept inside each)",
     )
+    ap.add_argument(
+        "--domain-weight",
+        action="append",
+        metavar="DOMAIN=W",
+        help="draw this domain's documents W times as often (repeatable; e.g. code=2)",
+    )
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--chain", type=int, default=3, help="recursion steps trained (weights 0.6^(k-1))")
     ap.add_argument(
@@ -439,6 +490,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--stop-at", type=int, default=0, help="checkpoint and stop at this step (a later run resumes)")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-batches", type=int, default=4)
+    ap.add_argument("--eval-code-batches", type=int, default=0, help="held-out human-code batches also measured alone")
     ap.add_argument("--ckpt-every", type=int, default=25)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument(

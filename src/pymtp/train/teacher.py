@@ -28,15 +28,52 @@ MANIFEST = "manifest.json"
 VERSION = 1
 
 
-def top_k_logprobs(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ids uint16, log-probs float16) of each row's k largest logits, most likely first."""
+TOPK_BLOCK = 64  # columns per block in top_k_logprobs' first pass
+
+
+def top_k_logprobs(logits: np.ndarray, k: int, block: int = TOPK_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """(ids uint16, log-probs float16) of each row's k largest logits, most likely first (ties:
+    the lower id first).
+
+    Selecting over the whole row (argpartition of 49,152 logits per position) took a fifth of
+    extraction's time. Instead: each row's blocks of `block` columns give their maxima (one
+    vectorised pass); the k-th largest block maximum t is a lower bound of the row's k-th largest
+    logit (k blocks hold a value >= t), so the top k lie in the blocks whose maximum is >= t,
+    a few dozen of them, and only those are sorted."""
+    n, V = logits.shape
+    nb = V // block
+    if V % block or nb < k:  # small vocabularies (tests' tiny model): the plain selection
+        return top_k_logprobs_whole_rows(logits, k)
+    blocks = logits.reshape(n, nb, block)
+    bmax = blocks.max(axis=2)
+    thr = np.partition(bmax, nb - k, axis=1)[:, nb - k]
+    br, bb = np.nonzero(bmax >= thr[:, None])  # row-major: rows ascending
+    vals = blocks[br, bb]  # (candidate blocks, block)
+    keep = vals >= thr[br][:, None]
+    rows = np.broadcast_to(br[:, None], vals.shape)[keep]
+    cols = (bb[:, None] * block + np.arange(block))[keep]
+    vals = vals[keep]
+    order = np.lexsort((cols, -vals, rows))  # by row, then value descending, then id
+    cols, vals = cols[order], vals[order]
+    take = np.searchsorted(rows[order], np.arange(n))[:, None] + np.arange(k)
+    idx, top = cols[take], vals[take]
+    return idx.astype(np.uint16), _log_probs(logits, top)
+
+
+def top_k_logprobs_whole_rows(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """top_k_logprobs by a selection over whole rows (the form extraction used before)."""
     idx = np.argpartition(-logits, k - 1, axis=1)[:, :k]
     top = np.take_along_axis(logits, idx, axis=1)
-    order = np.argsort(-top, axis=1, kind="stable")
+    order = np.lexsort((idx, -top), axis=1)
     idx, top = np.take_along_axis(idx, order, axis=1), np.take_along_axis(top, order, axis=1)
-    m = logits.max(axis=1, keepdims=True)
+    return idx.astype(np.uint16), _log_probs(logits, top)
+
+
+def _log_probs(logits: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """top's log-probabilities (float16) under each row's full softmax; top[:, 0] is the row's max."""
+    m = top[:, :1]
     lse = m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True, dtype=np.float64)).astype(np.float32)
-    return idx.astype(np.uint16), (top - lse).astype(np.float16)
+    return (top - lse).astype(np.float16)
 
 
 def _teacher_key(path: Path) -> str:
@@ -73,6 +110,7 @@ def extract(
     n_batch: int = 512,
     n_seq: int = 8,
     n_threads: int | None = None,
+    select=top_k_logprobs,
     log=print,
 ) -> dict:
     """Extract the documents not yet in out_dir's shards (by id) into new shards; returns the
@@ -116,7 +154,7 @@ def extract(
                 seq = np.concatenate([np.full(len(d["tokens"]), s, np.int32) for s, d in enumerate(grp)])
                 ctx.decode_rows(toks, pos, seq)
                 hidden = ctx.hidden().astype(np.float16)  # copies: the views die at the next decode
-                ids, logp = top_k_logprobs(ctx.logits(), top_k)
+                ids, logp = select(ctx.logits(), top_k)
                 for s in range(len(grp)):
                     ctx.seq_rm(0, seq_id=s)
                 o = 0
