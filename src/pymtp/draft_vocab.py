@@ -77,12 +77,17 @@ def vocabulary_hash(model) -> str:
     """A hash of the model's tokenizer: every token's bytes, in id order (cached per file)."""
     key = _model_key(model)
     if key not in _hashes:
-        h = hashlib.sha256(str(model.n_vocab).encode())
-        for t in range(model.n_vocab):
-            piece = model.token_bytes(t, render_special=True)
-            h.update(len(piece).to_bytes(2, "little") + piece)
-        _hashes[key] = h.hexdigest()[:32]
+        _hashes[key] = _hash_tokens(model, range(model.n_vocab))
     return _hashes[key]
+
+
+def _hash_tokens(model, ids) -> str:
+    """sha256 of the vocabulary size and these tokens' bytes (each after its length), shortened."""
+    h = hashlib.sha256(str(model.n_vocab).encode())
+    for t in ids:
+        piece = model.token_bytes(t, render_special=True)
+        h.update(len(piece).to_bytes(2, "little") + piece)
+    return h.hexdigest()[:32]
 
 
 #: Tokens whose bytes probe_hash hashes: spread over the vocabulary, so that two tokenizers
@@ -93,11 +98,7 @@ PROBE_TOKENS = 32
 def probe_hash(model) -> str:
     """A hash of PROBE_TOKENS tokens' bytes, evenly spaced over the vocabulary: tells most
     other tokenizers of the same size apart without vocabulary_hash's pass over every token."""
-    h = hashlib.sha256(str(model.n_vocab).encode())
-    for t in np.unique(np.linspace(0, model.n_vocab - 1, PROBE_TOKENS).astype(np.int64)).tolist():
-        piece = model.token_bytes(t, render_special=True)
-        h.update(len(piece).to_bytes(2, "little") + piece)
-    return h.hexdigest()[:32]
+    return _hash_tokens(model, np.unique(np.linspace(0, model.n_vocab - 1, PROBE_TOKENS).astype(np.int64)).tolist())
 
 
 def _same_tokenizer(model, z) -> bool:
