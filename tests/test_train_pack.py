@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pymtp.train import multistep, teacher  # noqa: E402
+from pymtp.train.crops import Crops  # noqa: E402
 from pymtp.train.head import HeadConfig, NextNHead  # noqa: E402
-from pymtp.train.selfdistill import Crops  # noqa: E402
 
 CFG = HeadConfig(n_vocab=50, n_embd=32, n_head=4, n_head_kv=2, n_ff_exp=16, n_expert_shared=1)
 

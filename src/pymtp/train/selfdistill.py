@@ -25,12 +25,14 @@ import csv
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from . import teacher, teacher_text
+from .crops import Crops, parse_weights
 
 HEAD_FILE = "smollm2-135m-nextn.gguf"
 SHIPPED = Path(__file__).resolve().parents[1] / "models" / HEAD_FILE
@@ -118,104 +120,42 @@ def _generated_tokens(path: Path) -> int:
 # ---- stage 3: training (torch, CPU or GPU) --------------------------------------------------
 
 
-class Crops:
-    """Random crops of `seq` positions from the extracted documents, as torch tensors.
+@dataclass
+class TrainData:
+    """What a training run reads: the tied output matrix (numpy), the draft vocabulary, and
+    crops of the training and held-out documents (held_code: held-out human code alone)."""
 
-    ``batch``: one crop per row, padded (short documents leave the rest of the row unused).
-    ``packed``: rows filled with crops of several documents one after another, with each
-    position's document index (``seg``, -1 past the end) so that attention and targets
-    stay inside a document (multistep.chain_loss's ``seg``)."""
-
-    MIN_PIECE = 16  # a row's last few positions stay padding rather than hold a tiny crop
-
-    def __init__(self, docs: teacher.Documents, seq: int, domain_weights: dict[str, float] | None = None):
-        self.d, self.seq = docs, seq
-        lens = np.diff(docs.offsets)
-        self.ok = np.flatnonzero(lens >= 8)
-        # each document is drawn with probability proportional to its domain's weight (1 unless
-        # named): a domain that a run would otherwise lose (human code) can be seen more often
-        self.p: np.ndarray | None = None
-        if domain_weights:
-            unknown = set(domain_weights) - {str(x) for x in docs.domain}
-            if unknown:
-                raise ValueError(f"domain weights for domains not in the data: {sorted(unknown)}")
-            w = np.asarray([domain_weights.get(str(docs.domain[i]), 1.0) for i in self.ok], np.float64)
-            if (w < 0).any() or w.sum() <= 0:
-                raise ValueError("domain weights must be >= 0 and leave some document drawable")
-            self.p = w / w.sum()
-
-    def _pick(self, rng: np.random.Generator, n: int | None = None):
-        return rng.choice(self.ok, size=n, p=self.p)
-
-    def _arrays(self, n: int):
-        d, L = self.d, self.seq
-        E, K = d.hidden.shape[1], d.topk_ids.shape[1]
-        return (
-            np.zeros((n, L), np.int64),
-            np.zeros((n, L, E), np.float32),
-            np.zeros((n, L, K), np.int64),
-            np.full((n, L, K), -np.inf, np.float32),
-            np.zeros((n, L), bool),
-        )
-
-    def _put(self, arrays, b: int, at: int, doc: int, room: int, rng) -> int:
-        """A random crop of document doc, at most room positions, into row b from position at."""
-        d = self.d
-        toks, hid, ids, logp, mask = arrays
-        s, e = int(d.offsets[doc]), int(d.offsets[doc + 1])
-        take = min(room, e - s)
-        o = s + int(rng.integers(0, e - s - take + 1))
-        toks[b, at : at + take] = d.tokens[o : o + take]
-        hid[b, at : at + take] = d.hidden[o : o + take]
-        ids[b, at : at + take] = d.topk_ids[o : o + take]
-        logp[b, at : at + take] = d.topk_logp[o : o + take]
-        mask[b, at : at + take] = True
-        return take
-
-    def batch(self, rng: np.random.Generator, n: int, device):
-        arrays = self._arrays(n)
-        for b, i in enumerate(self._pick(rng, n)):
-            self._put(arrays, b, 0, int(i), self.seq, rng)
-        return _tensors(arrays, device)
-
-    def packed(self, rng: np.random.Generator, n: int, device):
-        arrays = self._arrays(n)
-        seg = np.full((n, self.seq), -1, np.int64)
-        for b in range(n):
-            at, k = 0, 0
-            while self.seq - at >= self.MIN_PIECE:
-                take = self._put(arrays, b, at, int(self._pick(rng)), self.seq - at, rng)
-                seg[b, at : at + take] = k
-                at, k = at + take, k + 1
-        return _tensors(arrays + (seg,), device)
-
-    def padding(self, rng: np.random.Generator, n: int, packed: bool) -> float:
-        """The share of positions a batch leaves unused (mask False), over n batches of 8 rows."""
-        make = self.packed if packed else self.batch
-        return float(np.mean([1 - make(rng, 8, "cpu")[4].float().mean().item() for _ in range(n)]))
+    embed: np.ndarray
+    vocab: np.ndarray
+    crops: Crops
+    held: Crops
+    held_code: Crops | None
+    eval_shards: int | None = None
 
 
-def parse_weights(items: list[str] | None) -> dict[str, float]:
-    """["code=2", "docs=0.5"] -> {"code": 2.0, "docs": 0.5}."""
-    out = {}
-    for it in items or []:
-        name, sep, val = it.partition("=")
-        try:
-            out[name.strip()] = float(val)
-        except ValueError:
-            sep = ""
-        if not sep or not name.strip():
-            raise ValueError(f"a domain weight is DOMAIN=NUMBER, not {it!r}")
-    return out
+def load_data(args, work: Path, eval_shards: int | None) -> TrainData:
+    """The work folder's data (prepare()'s): the held-out curve's shards are those of the
+    run's start (eval_shards), so that shards extracted meanwhile (a resumed run trains on
+    them) leave the curve comparable along the run."""
+    n_eval = eval_shards or len(json.loads((work / "teacher" / teacher.MANIFEST).read_text())["shards"])
+    tr, he = teacher.load(work / "teacher", False), teacher.load(work / "teacher", True, n_shards=n_eval)
+    held_code = None
+    if args.eval_code_batches and "code" in {str(x) for x in he.domain}:
+        held_code = Crops(teacher.load(work / "teacher", True, domains={"code"}, n_shards=n_eval), args.seq)
+    return TrainData(
+        embed=np.load(work / "embed.npy"),
+        vocab=np.load(work / "vocab.npy").astype(np.int32),
+        crops=Crops(tr, args.seq, parse_weights(args.domain_weight)),
+        held=Crops(he, args.seq),
+        held_code=held_code,
+        eval_shards=n_eval,
+    )
 
 
-def _tensors(arrays, device):
-    import torch
-
-    return tuple(torch.from_numpy(a).to(device) for a in arrays)
-
-
-def train(args, work: Path, log=print) -> dict:
+def train(args, work: Path, log=print, data: TrainData | None = None) -> dict:
+    """Train the head on data (default: the work folder's) into work/args.run; checkpointed,
+    resumable. With args.train_minutes the run stops at that time or at args.steps, and the
+    learning-rate schedule follows whichever comes first."""
     import torch
 
     from .head import HeadConfig, read_head_gguf, write_head_gguf
@@ -227,37 +167,38 @@ def train(args, work: Path, log=print) -> dict:
     run = work / args.run
     run.mkdir(parents=True, exist_ok=True)
     cfg = HeadConfig()
-    W = torch.from_numpy(np.load(work / "embed.npy").astype(np.float32)).to(dev)
     ckpt = run / "ckpt.pt"
     st = torch.load(ckpt, map_location=dev, weights_only=False) if ckpt.exists() else None
+    data = data or load_data(args, work, (st or {}).get("eval_shards"))
+    W = torch.from_numpy(data.embed.astype(np.float32)).to(dev)
     # a run keeps the draft vocabulary it started with: prepare() rewrites vocab.npy, and a
     # resumed chunk once picked up a new one halfway through run6 (loss and curve both changed)
-    vocab_ids = np.load(work / "vocab.npy").astype(np.int32)
+    vocab_ids = data.vocab
     if st is not None and "vocab" in st:
         if not np.array_equal(st["vocab"], vocab_ids):
             log(f"vocab.npy differs from the run's draft vocabulary: keeping the run's ({len(st['vocab'])} ids)")
         vocab_ids = np.asarray(st["vocab"], np.int32)
     vocab = DraftVocab(vocab_ids, cfg.n_vocab, dev)
-    # the held-out curve's shards are those of the run's start, so that shards extracted
-    # meanwhile (a resumed run trains on them) leave the curve comparable along the run
-    n_eval_shards = (st or {}).get("eval_shards") or len(
-        json.loads((work / "teacher" / teacher.MANIFEST).read_text())["shards"]
-    )
-    tr, he = teacher.load(work / "teacher", False), teacher.load(work / "teacher", True, n_shards=n_eval_shards)
-    crops, held = Crops(tr, args.seq, parse_weights(args.domain_weight)), Crops(he, args.seq)
+    crops, held, n_eval_shards = data.crops, data.held, data.eval_shards
     log(
-        f"training on {tr.n_tokens} tokens ({len(crops.ok)} documents), held-out {he.n_tokens}; "
+        f"training on {crops.d.n_tokens} tokens ({len(crops.ok)} documents), held-out {held.d.n_tokens}; "
         f"draft vocabulary {len(vocab.ids)}; device {dev}, torch threads {torch.get_num_threads()}"
     )
     head = read_head_gguf(args.init, cfg).to(dev)
     head.train()
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    warm = max(1, args.steps // 20)
+    budget = 60 * getattr(args, "train_minutes", 0.0)
+    step, curve, seconds, cpu, tokens_seen = 0, [], 0.0, 0.0, 0
+
+    def progress(step: int) -> float:
+        """How far the run is, 0..1: by steps, or by time when a time budget ends it sooner."""
+        return min(1.0, max(step / args.steps, seconds / budget if budget else 0.0))
+
+    # warm-up over the first 5% (of steps, or of the time budget), then a cosine to zero
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps)))
+        opt, lambda s: min(1.0, (progress(s) + 1 / args.steps) / 0.05) * 0.5 * (1 + math.cos(math.pi * progress(s)))
     )
     rng = np.random.default_rng(args.seed)
-    step, curve, seconds, cpu, tokens_seen = 0, [], 0.0, 0.0, 0
     if st is not None:
         head.load_state_dict(st["head"])
         opt.load_state_dict(st["opt"])
@@ -271,10 +212,9 @@ def train(args, work: Path, log=print) -> dict:
     eval_batches = [held.batch(eval_rng, args.batch, "cpu") for _ in range(args.eval_batches)]
     # held-out human code on its own as well: the domain that earlier runs lost
     code_batches = []
-    if args.eval_code_batches and "code" in {str(x) for x in he.domain}:
-        held_code = Crops(teacher.load(work / "teacher", True, domains={"code"}, n_shards=n_eval_shards), args.seq)
+    if data.held_code is not None:
         code_rng = np.random.default_rng(args.seed + 2)
-        code_batches = [held_code.batch(code_rng, args.batch, "cpu") for _ in range(args.eval_code_batches)]
+        code_batches = [data.held_code.batch(code_rng, args.batch, "cpu") for _ in range(args.eval_code_batches)]
 
     def evaluate() -> dict:
         row = {"step": step, "seconds": round(seconds, 1)}
@@ -309,7 +249,7 @@ def train(args, work: Path, log=print) -> dict:
         curve.append(evaluate())
         log(_fmt(curve[-1]))
     stop = min(args.steps, args.stop_at or args.steps)
-    while step < stop:
+    while step < stop and progress(step) < 1.0:
         t0, c0 = time.time(), time.process_time()
         batch = (crops.packed if args.pack else crops.batch)(rng, args.batch, dev)
         loss, figs = train_step(
@@ -333,12 +273,13 @@ def train(args, work: Path, log=print) -> dict:
             row |= {f"train_agree{k + 1}": round(f["agree"], 4) for k, f in enumerate(figs)}
             curve.append(row)
             log(_fmt(row))
-        if step % args.eval_every == 0 or step == args.steps:
+        done = step == args.steps or progress(step) >= 1.0
+        if step % args.eval_every == 0 or done:
             curve.append(evaluate())
             log(_fmt(curve[-1]))
-        if step % args.ckpt_every == 0 or step == stop:
+        if step % args.ckpt_every == 0 or step == stop or done:
             save()
-    if step < args.steps:
+    if progress(step) < 1.0:
         log(f"stopped at step {step} of {args.steps}: a rerun resumes from {ckpt}")
         return {"run": str(run), "steps": step, "stopped": True}
     out = run / HEAD_FILE
@@ -352,8 +293,8 @@ def train(args, work: Path, log=print) -> dict:
         "train_cpu_seconds": round(cpu, 1),
         "seconds_per_step": round(seconds / max(step, 1), 3),
         "tokens_seen": tokens_seen,
-        "train_tokens": tr.n_tokens,
-        "held_out_tokens": he.n_tokens,
+        "train_tokens": crops.d.n_tokens,
+        "held_out_tokens": held.d.n_tokens,
         "first": curve[0],
         "final": [r for r in curve if "held_kl1" in r][-1],
     }
@@ -459,6 +400,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--llama-threads", type=int, default=0)
     ap.add_argument("--init", type=Path, default=SHIPPED, help="the head training starts from")
     ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument(
+        "--train-minutes",
+        type=float,
+        default=0.0,
+        help="stop training after this long (0: at --steps); the schedule follows it",
+    )
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument(
