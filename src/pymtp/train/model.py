@@ -140,7 +140,8 @@ class MoE(nn.Module):
             w = w / w.sum(-1, keepdim=True).clamp_min(6.103515625e-5)
         if self.cfg.expert_weights_scale not in (0.0, 1.0):
             w = w * self.cfg.expert_weights_scale
-        dense_w = torch.zeros_like(probs).scatter(-1, sel, w)  # (..., E), 0 where unselected
+        # under CUDA autocast the sum above is float32 while probs is bfloat16
+        dense_w = torch.zeros_like(probs).scatter(-1, sel, w.to(probs.dtype))  # (..., E), 0 where unselected
         return dense_w, sel
 
     def forward(self, x):
