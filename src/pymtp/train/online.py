@@ -88,7 +88,7 @@ def _more_code_jobs(model, jobs: list[dict], *, n_code: int, rounds: int, seed: 
     from . import corpus
 
     seen = {tuple(j["prompt"]) for j in jobs}
-    out = []
+    out: list[dict] = []
     for r in range(1, rounds + 1):
         for i, (held, toks) in enumerate(corpus.code_prompts(model, n=n_code, seed=seed + 1000 * r)):
             if held or tuple(toks) in seen:
