@@ -81,8 +81,10 @@ def test_one_probe_a_step_and_the_texts_share_the_budget():
     step at most, and the batch probes about as often as one text alone would."""
     costs = CostModel.table(ROWS, LONE)
     ts = texts(costs, 0.3)
+    assert plan_batch(ts, [None] * 4) == [0, 0, 0, 0]
     for t in ts:
-        t.policy.probes.plain_run = 100
+        t.policy.update(0, 0, 0.0, ROWS[4])
+        t.policy.probes.plain_run = 100  # all due at once
     plans = []
     for _ in range(200):
         ks = plan_batch(ts, [None] * 4)
@@ -111,3 +113,18 @@ def test_a_probes_catch_up_is_learned_in_a_batch():
     before = costs.catch_up()
     observe_batch_draft(costs, [(1, p), (0, None), (0, None)], LONE + 6 * 0.001, "greedy")
     assert costs.catch_up() == pytest.approx(0.001, rel=0.2) and before < 0.0005
+
+
+def test_texts_that_start_together_start_their_probe_clocks_anew():
+    """A new policy takes the last one's probe clock (short generations keep probing at their
+    gap); texts that start a Batch together each took the same clock, so each probed at its
+    first steps: there the clock starts at 0. A text alone keeps it."""
+    costs = CostModel.table(ROWS, LONE)
+    ts = texts(costs, 0.3)
+    for t in ts:
+        t.policy.probes.plain_run = 100
+    assert plan_batch(ts, [None] * 4) == [0, 0, 0, 0]
+    assert all(t.policy.probes.plain_run == 1 for t in ts)
+    (alone,) = texts(costs, 0.02, n=1)  # (alone, a 2-row verify costs what 1 row does)
+    alone.policy.probes.plain_run = 100
+    assert plan_batch([alone], [None]) == [1] and alone.policy.trace[-1].probe  # due: it probes

@@ -427,6 +427,12 @@ def plan_batch(speculators, max_new: list[int | None]) -> list[int]:
         policy = sp.policy
         if isinstance(policy, AutoPolicy):
             policy.positions_before, policy.may_probe, policy.n_texts = positions, not probing, n
+            if n > 1 and not policy.trace:
+                # A new text's probe clock starts here: the carried one counts one text's plain
+                # steps, and texts that started together each took it and probed at once (4
+                # texts of 48 tokens: 4 probes at the start of every generation, where the
+                # budget allowed one in 30-55 steps of the batch).
+                policy.probes.plain_run = 0
         k = sp.draft_length(m, rows_before=rows + later, tokens_before=tokens + later)
         ks.append(k)
         rows += k + 1
