@@ -155,12 +155,17 @@ def test_a_prompt_that_cuts_the_text_inside_the_gap_reuses_the_targets_prefix_an
     wrong = (sp.tokens[cut] + 1) % sess.model.n_vocab
     prompt = sp.tokens[:cut] + [wrong]
     sp.start(prompt)
-    assert sp.stats.n_reused == cut - 1  # (the target hands the head the row before the cut)
+    # the head skips the token at the cut too: the target decodes nothing again
+    assert sp.stats.n_reused == cut and not d.row_before_cut
     assert (d._gap_at, d._shift) == (gap, 3) and head_end(d) == cut
     sp.policy = Scripted(sp.spec, 4, [3, 0, 0, 2, 4])
+    drafted = []
     for _ in range(5):
         r = sp.step()
         assert r.n_accepted == len(r.drafted)
+        drafted.append(len(r.drafted))
+    # (the first step has no row to pair with its last token: it decodes plainly)
+    assert drafted == [0, 0, 0, 2, 4] and d._shift == 4
     assert sp.tokens[len(prompt) :] == maps.greedy(wrong, len(sp.tokens) - len(prompt))
 
 
