@@ -154,9 +154,14 @@ class BatchTracer:
                 if k and isinstance(sp.policy, AutoPolicy)
             ]
             if isinstance(last, AutoPolicy) and last.trace:
-                # the last text chose beside every other text's rows: its cost is the step's
-                gain, cost = last.expected(last._pos, last._rows_before, 0.0, cut=last.cutting)
-                d["predicted"] = cost[min(ks[-1], len(cost) - 1)]
+                # the step as the costs price it: one verify of every row, the head's decodes
+                # (one per draft position, shared by the texts drafting there), the overhead
+                # (a probe's catch-up on missed tokens is not in it)
+                c, mode = last.costs, last.mode
+                n_pos, n_tok = max(ks), sum(ks)
+                draft = c.draft_cost(mode) * (n_pos + c.draft_share(mode) * (n_tok - n_pos))
+                mean_pos = sum(sp.n_past for sp in seqs) / len(seqs)
+                d["predicted"] = c.verify(len(ks) + n_tok, mean_pos) + draft + c.overhead(n_tok > 0, mode)
             return ks
 
         def observe(seqs, drafts, t_draft, t_verify):
@@ -184,7 +189,7 @@ def streams_main(args, drafts: list[int]) -> None:
     tps: dict[str, list[float]] = {v: [] for v in variants}
     by_rows: dict[tuple[str, int], list[tuple[float, float]]] = {}
     net: list[tuple[float, float, float]] = []  # auto runs: (extra seconds, tokens gained, run seconds)
-    ratios: dict[bool, list[float]] = {}  # auto's steps of N texts, drafting or not: measured / predicted
+    ratios: dict[str, list[float]] = {}  # auto's steps of N texts, by kind: measured / predicted
     with Session(resolve_model(args.model), n_ctx=2048, n_threads=args.threads) as s:
         prompts = [s.tokenize(STREAM_PROMPTS[i % len(STREAM_PROMPTS)]) for i in range(args.streams)]
 
@@ -218,7 +223,8 @@ def streams_main(args, drafts: list[int]) -> None:
                 net.append((extra, gained * plain_s / args.streams, wall))
                 for d in full:
                     if d["predicted"] > 0:
-                        ratios.setdefault(bool(any(d["ks"])), []).append(d["wall"] / d["predicted"])
+                        kind = "probe" if d["probe"] else "drafting" if any(d["ks"]) else "plain"
+                        ratios.setdefault(kind, []).append(d["wall"] / d["predicted"])
                 print(
                     f"--- repeat {rep}: auto {rate:.1f} tok/s, {len(steps)} steps, {len(drafting)} of the "
                     f"{len(full)} steps of {args.streams} texts drafted ({sum(d['probe'] for d in drafting)} probes): "
@@ -250,10 +256,10 @@ def streams_main(args, drafts: list[int]) -> None:
         f"auto's drafting steps: {extra / total:.1%} of its time beyond plain steps, "
         f"their tokens worth {worth / total:.1%}"
     )
-    for drafting, v in sorted(ratios.items()):
+    for kind, v in sorted(ratios.items()):
         q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
         print(
-            f"auto's {'drafting' if drafting else 'plain'} steps of {args.streams} texts: measured / predicted seconds "
+            f"auto's {kind} steps of {args.streams} texts: measured / predicted seconds "
             f"median {q[1]:.2f} (quartiles {q[0]:.2f}-{q[2]:.2f}, {len(v)} steps)"
         )
 
