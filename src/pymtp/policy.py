@@ -21,7 +21,8 @@
 
 The costs come from pymtp.costs (CostModel: calibrated per model and thread count, corrected
 online), the acceptance estimates from pymtp.estimates. In a Batch the sequences share one
-verify: each chooses beside the rows the others bring (plan_batch).
+verify and the head's draft decodes: each chooses beside the rows and draft positions the others
+bring, one probes a step at most, and their probes share the budget (plan_batch).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ HOLD_MARGIN = 1.03
 #: step. (Its tokens are a share of the step's, so a draft earns a few percent of it at best,
 #: while each estimate of acceptance runs high after a run of accepted tokens: 4 texts of the
 #: default model at 2 threads, one row 16% of a 4-row step, drafted at estimates of 0.5-0.9 and
-#: their drafting steps took 13.2% of the time beyond plain steps for tokens worth 9.6%.)
+#: their drafting steps took 13.2% of the time beyond plain steps for tokens worth 9.6%:
+#: tools/trace_policy.py --streams 4 --drafts 1, before this margin.)
 BATCH_MARGIN = 1.03
 # ---- the auto policy ------------------------------------------------------------------------------
 
@@ -416,7 +418,7 @@ def plan_batch(speculators, max_new: list[int | None]) -> list[int]:
     each pays what its rows add to the one shared verify, and what its draft adds to the head's
     decodes (one per draft position, shared by every text that drafts there). One text probes
     a step at most: probes that came together (the texts' probe clocks start alike) made steps
-    of four extra rows where one extra row costs 17% of a 4-text step (the default model, 2
+    of four extra rows where one extra row costs 17-25% of a 4-text step (the default model, 2
     threads, 2-core Zen 4), and the draft of a text that fed the head its missed tokens is no
     measure of a draft token, so no other text's draft of that step was timed either."""
     ks: list[int] = []
