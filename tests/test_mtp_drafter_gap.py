@@ -144,7 +144,32 @@ def test_a_prompt_that_cuts_the_text_above_the_gap_reuses_it_and_stays_lossless(
     assert sp.tokens[len(prompt) :] == maps.greedy(wrong, len(sp.tokens) - len(prompt))
 
 
-def test_a_cut_inside_the_gap_keeps_what_lies_below_it_and_save_load_keep_the_shift(echo):
+def test_a_prompt_that_cuts_the_text_inside_the_gap_reuses_the_targets_prefix_and_stays_lossless(echo):
+    """A new prompt that shares the text up to a position the head skipped: the target keeps that
+    whole prefix (it went back to the gap before), and the head's gap ends at the cut."""
+    sess, maps = echo
+    sp = gapped(sess)
+    d = sp.drafter
+    gap = d._gap_at
+    cut = gap + 3  # a target position among the skipped ones
+    wrong = (sp.tokens[cut] + 1) % sess.model.n_vocab
+    prompt = sp.tokens[:cut] + [wrong]
+    sp.start(prompt)
+    # the head skips the token at the cut too: the target decodes nothing again
+    assert sp.stats.n_reused == cut and not d.row_before_cut
+    assert (d._gap_at, d._shift) == (gap, 3) and head_end(d) == cut
+    sp.policy = Scripted(sp.spec, 4, [3, 0, 0, 2, 4])
+    drafted = []
+    for _ in range(5):
+        r = sp.step()
+        assert r.n_accepted == len(r.drafted)
+        drafted.append(len(r.drafted))
+    # (the first step has no row to pair with its last token: it decodes plainly)
+    assert drafted == [0, 0, 0, 2, 4] and d._shift == 4
+    assert sp.tokens[len(prompt) :] == maps.greedy(wrong, len(sp.tokens) - len(prompt))
+
+
+def test_a_cut_inside_the_gap_ends_the_gap_there_and_save_load_keep_the_shift(echo):
     sess, _ = echo
     d = gapped(sess).drafter
     saved = d.save()  # (feeds the queue first)
@@ -155,5 +180,8 @@ def test_a_cut_inside_the_gap_keeps_what_lies_below_it_and_save_load_keep_the_sh
     assert kept == end - 2 and head_end(d) == kept and d._shift == shift
     d.load(saved)
     assert head_end(d) == end and (d._shift, d._gap_at) == (shift, gap)
-    kept = d.truncate(gap + 3)  # inside the skipped positions
-    assert kept == gap and d._shift == 0 and d._gap_at is None and d.ctx.pos_max() + 1 == gap
+    kept = d.truncate(gap + 3)  # inside the skipped positions: the target keeps them all
+    assert kept == gap + 3 and d._shift == 3 and d._gap_at == gap and d.ctx.pos_max() + 1 == gap
+    assert head_end(d) == kept
+    d.truncate(gap - 1)  # below the gap: the positions are the target's again
+    assert d._shift == 0 and d._gap_at is None and head_end(d) == gap - 1

@@ -6,6 +6,12 @@ token, overhead) against the measured ones, and the expected tokens per second o
 each variant's median tokens per second over the interleaved runs. Run it under the bench lock:
 
     flock /tmp/pymtp-bench.lock python tools/trace_policy.py --model echo-70 --tokens 48 --repeats 3
+
+--streams N: a Batch of N texts (the prompts of tools/measure_streams.py) in one process instead,
+plain, auto and the fixed lengths interleaved: every auto step's lengths (P: one text probed),
+tokens accepted, the batch's predicted step seconds (the last text's choice prices the whole
+verify and draft) against the measured ones; then the seconds of a verify and of the drafting
+phase by rows, and the net seconds auto's drafting steps cost against plain steps of the run.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import argparse
 import statistics
 import time
 
-from pymtp import SpecConfig
+from pymtp import Batch, GenerationConfig, SpecConfig, engine
 from pymtp.bench.models import resolve_model
 from pymtp.bench.prompts import code_prompts, prose_prompts
 from pymtp.bench.sampling import PRESETS
@@ -103,6 +109,161 @@ def add_stats(total: SpecStats, s: SpecStats) -> None:
     total.k_chosen.extend(s.k_chosen)
 
 
+STREAM_PROMPTS = [
+    "def fibonacci(n):",
+    "The history of the printing press",
+    "import json\n\ndef load(path):",
+    "class Stack:\n    def push(self, x):",
+    "Once upon a time",
+    "SELECT name FROM users WHERE",
+    "def quicksort(xs):",
+    "The three laws of motion are",
+]
+
+
+class BatchTracer:
+    """Records each batched step: the lengths plan_batch chose (and whether one was a probe),
+    the predicted seconds of the whole step, and the measured draft, verify and step seconds."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict] = []
+        self._plan, self._observe, self._step = engine.plan_batch, engine._observe_shared_costs, engine.step
+
+    def __enter__(self) -> BatchTracer:
+        tracer = self
+
+        def plan(seqs, max_new):
+            ks = tracer._plan(seqs, max_new)
+            last = seqs[-1].policy
+            d = tracer.steps[-1]
+            d.update(ks=list(ks))
+            for sp, k in zip(seqs, ks):
+                t = getattr(sp.policy, "trace", None)
+                d["probe"] = d["probe"] or bool(k and t and t[-1].probe)
+            # each drafting text's estimates: acceptance at position 1 (of kept tokens; of all
+            # tokens), keep rate at position 1, whether under the cut, and the cut
+            d["why"] = [
+                (
+                    round(sp.policy.acceptance.rates()[0], 2),
+                    round(sp.policy.acceptance_all.rates()[0], 2),
+                    round(sp.policy.kept.rates()[0], 2),
+                    sp.policy.cutting,
+                    round(sp.policy.p_min, 2),
+                )
+                for sp, k in zip(seqs, ks)
+                if k and isinstance(sp.policy, AutoPolicy)
+            ]
+            if isinstance(last, AutoPolicy) and last.trace:
+                # the step as the costs price it: one verify of every row, the head's decodes
+                # (one per draft position, shared by the texts drafting there), the overhead
+                # (a probe's catch-up on missed tokens is not in it)
+                c, mode = last.costs, last.mode
+                n_pos, n_tok = max(ks), sum(ks)
+                draft = c.draft_cost(mode) * (n_pos + c.draft_share(mode) * (n_tok - n_pos))
+                mean_pos = sum(sp.n_past for sp in seqs) / len(seqs)
+                d["predicted"] = c.verify(len(ks) + n_tok, mean_pos) + draft + c.overhead(n_tok > 0, mode)
+            return ks
+
+        def observe(seqs, drafts, t_draft, t_verify):
+            tracer.steps[-1].update(nd=[len(x.tokens) for x in drafts], t_draft=t_draft, t_verify=t_verify)
+            return tracer._observe(seqs, drafts, t_draft, t_verify)
+
+        def step(seqs, max_new):
+            tracer.steps.append({"ks": [0] * len(seqs), "probe": False, "predicted": 0.0})
+            t0 = time.perf_counter()
+            out = tracer._step(seqs, max_new)
+            tracer.steps[-1].update(wall=time.perf_counter() - t0, acc=[r.n_accepted for r in out], n=len(seqs))
+            return out
+
+        engine.plan_batch, engine._observe_shared_costs, engine.step = plan, observe, step  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        engine.plan_batch, engine._observe_shared_costs, engine.step = self._plan, self._observe, self._step  # type: ignore[assignment]
+
+
+def streams_main(args, drafts: list[int]) -> None:
+    """--streams N: see the module docstring."""
+    variants: dict[str, SpecConfig | None] = {"plain": None, "auto": SpecConfig(policy="auto", n_draft=max(drafts))}
+    variants.update({f"mtp-{k}": SpecConfig(policy="fixed", n_draft=k) for k in drafts})
+    tps: dict[str, list[float]] = {v: [] for v in variants}
+    by_rows: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    net: list[tuple[float, float, float]] = []  # auto runs: (extra seconds, tokens gained, run seconds)
+    ratios: dict[str, list[float]] = {}  # auto's steps of N texts, by kind: measured / predicted
+    with Session(resolve_model(args.model), n_ctx=2048, n_threads=args.threads) as s:
+        prompts = [s.tokenize(STREAM_PROMPTS[i % len(STREAM_PROMPTS)]) for i in range(args.streams)]
+
+        def once(spec, tokens):
+            with Batch(s, args.streams, n_ctx=1024, spec=None) as b, BatchTracer() as tr:
+                limits = GenerationConfig(max_tokens=tokens, ignore_eos=True)
+                items = [b.add(p, spec=spec, limits=limits) for p in prompts]
+                t0 = time.perf_counter()
+                b.run()
+                wall = time.perf_counter() - t0
+            return sum(len(it.result.tokens) for it in items) / wall, tr.steps, wall
+
+        for spec in variants.values():  # warm-up (and the calibration)
+            once(spec, 8)
+        for rep in range(args.repeats):
+            for name, spec in variants.items():
+                rate, steps, wall = once(spec, args.tokens)
+                tps[name].append(rate)
+                for d in steps:
+                    if "nd" in d:
+                        by_rows.setdefault((name, len(d["nd"]) + sum(d["nd"])), []).append(
+                            (d["t_verify"], d["t_draft"])
+                        )
+                if name != "auto":
+                    continue
+                full = [d for d in steps if d.get("n") == args.streams]
+                plain_s = statistics.median([d["wall"] for d in full if not any(d["ks"])] or [float("nan")])
+                drafting = [d for d in full if any(d["ks"])]
+                extra = sum(d["wall"] - plain_s for d in drafting)
+                gained = sum(sum(d["acc"]) for d in drafting)
+                net.append((extra, gained * plain_s / args.streams, wall))
+                for d in full:
+                    if d["predicted"] > 0:
+                        kind = "probe" if d["probe"] else "drafting" if any(d["ks"]) else "plain"
+                        ratios.setdefault(kind, []).append(d["wall"] / d["predicted"])
+                print(
+                    f"--- repeat {rep}: auto {rate:.1f} tok/s, {len(steps)} steps, {len(drafting)} of the "
+                    f"{len(full)} steps of {args.streams} texts drafted ({sum(d['probe'] for d in drafting)} probes): "
+                    f"{extra * 1e3:.0f} ms beyond plain steps ({plain_s * 1e3:.1f} ms), their accepted tokens worth "
+                    f"{net[-1][1] * 1e3:.0f} ms"
+                )
+                if not args.quiet:
+                    for i, d in enumerate(steps):
+                        if any(d["ks"]) or i < 2:
+                            print(
+                                f"{i:3d} k={d['ks']}{'P' if d['probe'] else ' '} acc {d.get('acc')} predicted "
+                                f"{d['predicted'] * 1e3:6.2f} ms measured {d.get('wall', 0) * 1e3:6.2f} (verify "
+                                f"{d.get('t_verify', 0) * 1e3:5.2f}, draft {d.get('t_draft', 0) * 1e3:5.2f}) drafted "
+                                f"{d.get('nd')} (acceptance, of all, kept, under the cut, cut) {d.get('why')}"
+                            )
+    print(f"\n{args.model}, {args.streams} streams, {args.tokens} tokens each, threads {args.threads}: medians (runs)")
+    plain = statistics.median(tps["plain"])
+    for name, v in tps.items():
+        m = statistics.median(v)
+        print(f"{name:8s} {m:7.1f} tok/s  x plain {m / plain:4.2f}  {[round(x) for x in v]}")
+    print("verify and draft ms by rows (median, steps):")
+    for (name, n), v in sorted(by_rows.items(), key=lambda x: (x[0][1], x[0][0])):
+        print(
+            f"  {name:8s} {n:3d} rows: verify {statistics.median(x[0] for x in v) * 1e3:6.2f}, draft "
+            f"{statistics.median(x[1] for x in v) * 1e3:5.2f} ({len(v)})"
+        )
+    extra, worth, total = (sum(x[i] for x in net) for i in range(3))
+    print(
+        f"auto's drafting steps: {extra / total:.1%} of its time beyond plain steps, "
+        f"their tokens worth {worth / total:.1%}"
+    )
+    for kind, v in sorted(ratios.items()):
+        q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
+        print(
+            f"auto's {kind} steps of {args.streams} texts: measured / predicted seconds "
+            f"median {q[1]:.2f} (quartiles {q[0]:.2f}-{q[2]:.2f}, {len(v)} steps)"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="echo-70", help="a pymtp bench --model value")
@@ -112,8 +273,11 @@ def main() -> None:
     ap.add_argument("--drafts", default="1,2,3,4", help="fixed lengths; the longest is auto's K")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quiet", action="store_true", help="no per-step lines")
+    ap.add_argument("--streams", type=int, default=0, help="N texts in one Batch (greedy) instead of one")
     args = ap.parse_args()
     drafts = [int(x) for x in args.drafts.split(",")]
+    if args.streams:
+        return streams_main(args, drafts)
     st = PRESETS[args.sampling]
     variants: dict[str, SpecConfig | bool] = {"plain": False}
     variants.update({f"mtp-{k}": SpecConfig(n_draft=k) for k in drafts})

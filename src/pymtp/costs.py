@@ -38,6 +38,11 @@ CATCH_UP_PRIOR = 0.25
 #: is skipped: pymtp.mtp_drafter). Feeding all of them (about 30 after a run of plain steps on the
 #: default model) was most of a probe's cost; acceptance against cost: docs/performance/drafting.md.
 CATCH_UP_KEEP = 6
+#: A Batch's texts share the head's draft decodes (one per draft position, pymtp.mtp_drafter):
+#: a draft token at a position another text's draft already decodes costs this share of a lone
+#: draft token before it was timed (4 texts drafting 1 token each: 3.2 ms against 1.4 ms for one,
+#: a share of 0.43, the default model at 2 threads on the 2-core Zen 4).
+DRAFT_SHARE_PRIOR = 0.4
 #: Verifies the load is the median of.
 LOAD_SPAN = 9
 #: Pseudo-counts of the calibration's shape of W(n) against the learned one.
@@ -151,6 +156,11 @@ class CostModel:
         load (learned as seconds at the calibration's load)."""
         return self._mean(("draft", mode), self._c_draft) * self.load()
 
+    def draft_share(self, mode: str = "greedy") -> float:
+        """The seconds of a draft token that rides on a head decode another text's draft makes
+        (in a Batch), relative to a lone draft token's (draft_cost)."""
+        return self._mean(("draft_share", mode), DRAFT_SHARE_PRIOR)
+
     def draft_timings(self, mode: str = "greedy") -> float:
         """How many drafts were timed in this mode (decayed; infinite for a fixed table)."""
         v = self._means.get(("draft", mode))
@@ -215,17 +225,32 @@ class CostModel:
                 shape[0] = self._decay * shape[0] + x
                 shape[1] = self._decay * shape[1] + 1.0
 
-    def observe_draft(self, n_tokens: int, seconds: float, mode: str = "greedy") -> None:
-        """Drafting n_tokens took these seconds (decodes of the head and token choice); learned
-        relative to the current load. The first timing replaces the calibration's guess."""
-        if n_tokens >= 1 and seconds > 0:
-            self._observe(("draft", mode), self._c_draft, 0.0, seconds / n_tokens / self.load(), clip=True)
+    def observe_draft(self, n_tokens: int, seconds: float, mode: str = "greedy", calls: int | None = None) -> None:
+        """Drafting n_tokens took these seconds (decodes of the head and token choice) in `calls`
+        head decodes (a Batch's texts share one per draft position; None: one per token, as
+        alone); learned relative to the current load. The first timing replaces the
+        calibration's guess. Where tokens shared decodes, once a lone token was timed, the step
+        teaches the share (draft_share) the shared ones cost; before, the lone token's seconds
+        with the share as it stands. (Learned as seconds per token, 4 texts drafting one token
+        each made a draft token look 0.8 ms where one text's costs 1.4: a text drafting beside
+        plain ones paid 1.75x what it was priced.)"""
+        if n_tokens < 1 or seconds <= 0:
+            return
+        calls = n_tokens if calls is None else max(1, min(calls, n_tokens))
+        shared = n_tokens - calls
+        if shared and self.draft_timings(mode) >= 2.0:
+            x = (seconds / self.draft_cost(mode) - calls) / shared
+            self._observe(("draft_share", mode), DRAFT_SHARE_PRIOR, 0.0, min(1.0, max(0.0, x)))
+            return
+        per = seconds / (calls + shared * self.draft_share(mode))
+        self._observe(("draft", mode), self._c_draft, 0.0, per / self.load(), clip=True)
 
     def describe(self) -> dict:
         return {
             "rows": {int(n): float(t) for n, t in zip(self._n[1:], self._t[1:])},
             "attn": self.attn,
             "c_draft": {m: self.draft_cost(m) for m in ("greedy", "sample")},
+            "draft_share": {m: self.draft_share(m) for m in ("greedy", "sample")},
             "overhead": {m: [self.overhead(False, m), self.overhead(True, m)] for m in ("greedy", "sample")},
             "catch_up": {m: self.catch_up(m) for m in ("greedy", "sample")},
             "load": self.load(),

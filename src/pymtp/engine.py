@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from .drafter import Draft, DraftRequest
 from .mtp_drafter import draft_all
-from .policy import AutoPolicy, plan_batch
+from .policy import AutoPolicy, observe_batch_draft, plan_batch
 from .stats import StepResult
 
 if TYPE_CHECKING:
@@ -113,9 +113,10 @@ def _observe_shared_costs(seqs: Sequence[MTPSpeculator], drafts: list[Draft], t_
     mean_pos = sum((sp.n_past + len(d.tokens) / 2) * (len(d.tokens) + 1) for sp, d in zip(seqs, drafts)) / n_rows
     costs.observe_verify(n_rows, mean_pos, t_verify)
     # head decodes: a token the confidence cut dropped was decoded too
-    n_decodes = sum(sp.policy.head_decodes(len(d.tokens)) for sp, d in zip(seqs, drafts) if sp.policy is not None)
-    if n_decodes and not any(p.catching_up for p in policies):
-        costs.observe_draft(n_decodes, t_draft, policies[0].mode)
+    decodes = [
+        (sp.policy.head_decodes(len(d.tokens)), sp.policy) for sp, d in zip(seqs, drafts) if sp.policy is not None
+    ]
+    observe_batch_draft(costs, decodes, t_draft, policies[0].mode)
 
 
 def crossings(run) -> dict[str, int]:

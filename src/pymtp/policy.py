@@ -21,7 +21,8 @@
 
 The costs come from pymtp.costs (CostModel: calibrated per model and thread count, corrected
 online), the acceptance estimates from pymtp.estimates. In a Batch the sequences share one
-verify: each chooses beside the rows the others bring (plan_batch).
+verify and the head's draft decodes: each chooses beside the rows and draft positions the others
+bring, one probes a step at most, and their probes share the budget (plan_batch).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ __all__ = [
     "calibrate",
     "costs_for",
     "make_policy",
+    "observe_batch_draft",
     "plan_batch",
     "use_costs",
 ]
@@ -84,6 +86,13 @@ FREE_SEEN = 8.0
 #: e.g. 3-token drafts on 27% of the steps where they earn 6% less than 2-token ones.) Plain
 #: steps take over without a margin: a draft that loses to them is not held.
 HOLD_MARGIN = 1.03
+#: In a Batch, a text drafts only where that is expected to earn this much more than its plain
+#: step. (Its tokens are a share of the step's, so a draft earns a few percent of it at best,
+#: while each estimate of acceptance runs high after a run of accepted tokens: 4 texts of the
+#: default model at 2 threads, one row 16% of a 4-row step, drafted at estimates of 0.5-0.9 and
+#: their drafting steps took 13.2% of the time beyond plain steps for tokens worth 9.6%:
+#: tools/trace_policy.py --streams 4 --drafts 1, before this margin.)
+BATCH_MARGIN = 1.03
 # ---- the auto policy ------------------------------------------------------------------------------
 
 
@@ -150,6 +159,13 @@ class AutoPolicy:
         self._drafted_once = False
         self._missed = 0  # tokens of plain steps since the last draft (the head's catch-up)
         self._held = 0  # the draft length chosen last (probes aside)
+        # In a Batch, plan_batch sets these before each choice: the draft positions the texts
+        # that chose before draft (a token there rides on their head decode), whether this text
+        # may probe (one probe a step: the others wait a step), and the texts of the step
+        # (their probes share PROBE_BUDGET).
+        self.positions_before = 0
+        self.may_probe = True
+        self.n_texts = 1
         self.trace: list[Choice] = []
         self.last_rates: list[float] = []
 
@@ -186,6 +202,7 @@ class AutoPolicy:
         self.last_rates = rates
         c = self.costs
         c_draft, o_plain, o_draft = c.draft_cost(self.mode), c.overhead(False, self.mode), c.overhead(True, self.mode)
+        share = c.draft_share(self.mode) if self.positions_before else 1.0
         # (a plain step's token is fed to the head at the next draft, a probe's or not, when it is
         # among the last CATCH_UP_KEEP: not counted, a run of plain steps looked free of it, and
         # each probe after one paid it)
@@ -193,7 +210,7 @@ class AutoPolicy:
         gain, cost = [tokens_before + 1.0], [c.verify(rows_before + 1, n_past) + o_plain + fed * c.catch_up(self.mode)]
         reach, kept, rows, decodes = 1.0, 1.0, 0.0, 0.0
         for j in range(self.n_max):
-            decodes += kept
+            decodes += kept * (share if j < self.positions_before else 1.0)
             kept *= keep[j]
             rows += kept
             reach *= rates[j] * keep[j]
@@ -229,9 +246,11 @@ class AutoPolicy:
         held = self._held
         if k and held and held != k and held < len(tps) and tps[k] < HOLD_MARGIN * tps[held]:
             k = held
+        if k and self.n_texts > 1 and tps[k] < BATCH_MARGIN * tps[0]:
+            k = 0
         self._held = k
         probe = self._retiming = stretch = False
-        if k == 0 and self._retime:
+        if k == 0 and self._retime and self.may_probe:
             # The last step drafted after plain steps: its draft time held the head's catch-up on
             # the tokens it missed, no measure of a draft token. Draft once more to time one.
             k, probe, self._retiming = min(self._retime, self.n_max), True, True
@@ -243,14 +262,20 @@ class AutoPolicy:
             # (the probe drafts the best length but 0: where a long draft pays and a short one
             # does not, a one-token probe would never find out)
             probe_k = max(range(1, len(tps)), key=tps.__getitem__)
-            loss = max(0.0, (cost[probe_k] - cost[0]) - (gain[probe_k] - gain[0]) / tps[0])
+            # (its seconds beyond a plain step's: its draft and rows, and the head's catch-up on
+            # the plain steps' last tokens, which cost[0] spreads over the plain steps; left out,
+            # a probe in a Batch of 4 texts was priced at half the 10 ms it took)
             gap: float = self.probes.gap
+            fed = min(float(self._missed), CATCH_UP_KEEP) - min(1.0, CATCH_UP_KEEP / max(1.0, gap))
+            loss = (cost[probe_k] - cost[0]) + fed * self.costs.catch_up(self.mode)
+            loss = max(0.0, loss - (gain[probe_k] - gain[0]) / tps[0])
             if self.costs.seen(self._rows_before + probe_k + 1) >= PROBE_MIN:
                 # (until a probe's rows were timed a few times, the calibration alone says what
                 # they cost: probe at the plain gap, so that a calibration that a burst of load
                 # made too dear is corrected)
-                gap = max(gap, min(PROBE_CAP, loss / (PROBE_BUDGET * cost[0])))
-            if self.probes.plain_run >= gap:
+                # (cost[0] is the whole step's: in a Batch the texts' probes share the budget)
+                gap = max(gap, min(PROBE_CAP, loss * self.n_texts / (PROBE_BUDGET * cost[0])))
+            if self.probes.plain_run >= gap and self.may_probe:
                 k, probe = probe_k, True
         elif k < self.n_max and self.costs.learn:
             # While a draft of k wins, a draft of k + 1 now and then (backing off) times a
@@ -390,17 +415,57 @@ class AutoPolicy:
 def plan_batch(speculators, max_new: list[int | None]) -> list[int]:
     """Draft lengths of a Batch's step: the sequences choose in turn, each beside the rows (and
     expected tokens) of those that chose before and one plain row for each still to choose, so
-    each pays what its rows add to the one shared verify."""
+    each pays what its rows add to the one shared verify, and what its draft adds to the head's
+    decodes (one per draft position, shared by every text that drafts there). One text probes
+    a step at most: probes that came together (the texts' probe clocks start alike) made steps
+    of four extra rows where one extra row costs 17-25% of a 4-text step (the default model, 2
+    threads, 2-core Zen 4), and the draft of a text that fed the head its missed tokens is no
+    measure of a draft token, so no other text's draft of that step was timed either."""
     ks: list[int] = []
     rows, tokens, n = 0, 0.0, len(speculators)
+    positions, probing = 0, False
     for i, (sp, m) in enumerate(zip(speculators, max_new)):
         later = n - i - 1
+        policy = sp.policy
+        if isinstance(policy, AutoPolicy):
+            policy.positions_before, policy.may_probe, policy.n_texts = positions, not probing, n
+            if n > 1 and not policy.trace:
+                # A new text's probe clock starts here: the carried one counts one text's plain
+                # steps, and texts that started together each took it and probed at once (4
+                # texts of 48 tokens: 4 probes at the start of every generation, where the
+                # budget allowed one in 30-55 steps of the batch).
+                policy.probes.plain_run = 0
         k = sp.draft_length(m, rows_before=rows + later, tokens_before=tokens + later)
         ks.append(k)
         rows += k + 1
-        trace = getattr(sp.policy, "trace", None)
-        tokens += trace[-1].tokens if trace and trace[-1].k == k else k + 1.0
+        positions = max(positions, k)
+        trace = getattr(policy, "trace", None)
+        chose = trace[-1] if trace and trace[-1].k == k else None
+        tokens += chose.tokens if chose is not None else k + 1.0
+        probing = probing or (k > 0 and chose is not None and chose.probe)
     return ks
+
+
+def observe_batch_draft(costs: CostModel, decodes: list[tuple[int, object]], seconds: float, mode: str) -> None:
+    """A Batch's drafting phase took these seconds; decodes: each text's (head decodes, policy).
+    The texts share one head decode per draft position (CostModel.observe_draft). Where a
+    drafting text also fed the head the tokens of its plain steps (a probe), the phase is no
+    measure of draft tokens; where that text was the only one, what the phase took beyond its
+    draft tokens is its catch-up (unlearned in a Batch, it stayed at its prior, 0.4 ms a token
+    on the default model, where a probe's catch-up took 1 ms a token beside 3 other texts)."""
+    drafting = [(n, p) for n, p in decodes if n]
+    if not drafting:
+        return
+    n_decodes, calls = sum(n for n, _ in drafting), max(n for n, _ in drafting)
+    catching = [p for _, p in drafting if getattr(p, "catching_up", False)]
+    if not catching:
+        costs.observe_draft(n_decodes, seconds, mode, calls=calls)
+        return
+    p = catching[0]
+    if len(catching) == 1 and isinstance(p, AutoPolicy) and p._missed and p._drafted_once:
+        if costs.draft_timings(mode) >= 1:
+            tokens = costs.draft_cost(mode) * (calls + costs.draft_share(mode) * (n_decodes - calls))
+            costs.observe_catch_up(min(p._missed, CATCH_UP_KEEP), max(0.0, seconds - tokens), mode)
 
 
 def make_policy(
