@@ -76,6 +76,20 @@ def test_the_parity_mask_layout():
     assert [t for t in range(70) if mask_allows(m, t)] == list(range(1, 70, 2))
 
 
+def test_a_draft_token_the_mask_allows_but_the_constraint_refuses_is_refused_by_its_row():
+    """llguidance's mask allows a second end token after an accepted one, which accept refuses:
+    the verify must not accept it (it did, and the settle then rolled back -1 tokens)."""
+    from pymtp.constraint_state import ConstraintState
+    from pymtp.sampling import mask_allows
+
+    state = ConstraintState(Parity(70, length=2), 70, n_rows=4)  # complete after 2 tokens
+    masks = state.verify_masks([0, 1, 2])  # the mask still allows even tokens at position 2
+    assert state.n_tentative == 2
+    assert not mask_allows(masks[2], 2) and mask_allows(masks[2], 4)  # only the refused token goes
+    state.settle(2, 4)  # the row's choice, as the verify makes it
+    assert state.n_tentative == 0 and state.constraint.tokens == [0, 1]
+
+
 @pytest.mark.parametrize("family", ["glm4moe", "qwen35", "qwen3next", "step35"])
 @pytest.mark.parametrize("drafter", ["mtp", "lookup"])
 def test_greedy_constrained_speculation_equals_constrained_plain_decoding(models, family, drafter):

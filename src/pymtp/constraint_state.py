@@ -51,7 +51,14 @@ class ConstraintState:
         i = self.n_tentative
         while i <= k:
             c.fill_mask(self._masks[i])
-            if i == k or not mask_allows(self._masks[i], draft[i]) or not c.accept(draft[i]):
+            if i == k or not mask_allows(self._masks[i], draft[i]):
+                break
+            if not c.accept(draft[i]):
+                # the mask allowed it but the constraint refuses it (a second end token after an
+                # accepted one): the row must refuse it too, or the verify accepts a token the
+                # constraint never held and reads the stale masks of the rows after it
+                t = int(draft[i])
+                self._masks[i][t >> 5] &= ~np.uint32(1 << (t & 31))
                 break
             i += 1
             self.n_tentative = i
