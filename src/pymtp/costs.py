@@ -43,6 +43,10 @@ CATCH_UP_KEEP = 6
 #: draft token before it was timed (4 texts drafting 1 token each: 3.2 ms against 1.4 ms for one,
 #: a share of 0.43, the default model at 2 threads on the 2-core Zen 4).
 DRAFT_SHARE_PRIOR = 0.4
+#: A draft's later head decodes against its first, before drafts of two lengths were timed: the
+#: first decode also feeds the head the tokens the last verify accepted, the later ones one row
+#: each (echo-70, 2-core Zen 4: 2.7 / 3.25 / 4.3 ms for drafts of 1 / 2 / 3 tokens).
+NEXT_PRIOR = 0.35
 #: Verifies the load is the median of.
 LOAD_SPAN = 9
 #: Pseudo-counts of the calibration's shape of W(n) against the learned one.
@@ -85,6 +89,8 @@ class CostModel:
         self._catch_up = max(0.0, float(catch_up))  # prior: the head's seconds per missed token
         self._means: dict[tuple, list[float]] = {}  # learned: key -> [decayed mean, weight]
         self._w: dict[int, float] = {}
+        # lone drafts: ("len", mode, head decodes) -> [decayed mean seconds at load 1, weight]
+        self._lengths: dict[tuple, list[float]] = {}
         # the last verifies: (rows, measured / (calibrated * shape))
         self._recent: collections.deque[tuple[int, float]] = collections.deque(maxlen=LOAD_SPAN)
         self._load = 1.0  # their median (kept: the policy asks every step)
@@ -166,6 +172,40 @@ class CostModel:
         v = self._means.get(("draft", mode))
         return (0.0 if v is None else v[1]) if self.learn else float("inf")
 
+    def draft_seconds(self, n: float, mode: str = "greedy") -> float:
+        """Seconds of a lone draft of n head decodes (n may be an expected, fractional count):
+        first + (n - 1) * next at the current load (0 for n <= 0)."""
+        if n <= 0:
+            return 0.0
+        first, nxt = self.draft_parts(mode)
+        return first + (n - 1.0) * nxt
+
+    def draft_parts(self, mode: str = "greedy") -> tuple[float, float]:
+        """(first, next): the seconds of a lone draft's first head decode and of each later one,
+        at the current load. Fitted to the mean seconds of the draft lengths timed (a line,
+        weighted by their timings); from one length alone, with next = NEXT_PRIOR * first; before
+        any (or for a fixed table), draft_cost each, as a per-token price."""
+        pts = [(n, v[0], v[1]) for (kind, m, n), v in self._lengths.items() if m == mode and v[1] > 0]
+        if not pts:
+            c = self.draft_cost(mode)
+            return c, c
+        load = self.load()
+        if len({n for n, _, _ in pts}) == 1:
+            n, t, _ = pts[0]
+            first = t / (1.0 + (n - 1) * NEXT_PRIOR)
+            return first * load, NEXT_PRIOR * first * load
+        w = sum(p[2] for p in pts)
+        mx = sum(p[2] * (p[0] - 1) for p in pts) / w
+        my = sum(p[2] * p[1] for p in pts) / w
+        sxx = sum(p[2] * (p[0] - 1 - mx) ** 2 for p in pts)
+        sxy = sum(p[2] * (p[0] - 1 - mx) * (p[1] - my) for p in pts)
+        nxt = sxy / sxx
+        first = my - nxt * mx
+        # (a few noisy timings may tilt the line: neither part below a tenth of the other's scale)
+        scale = max(my / (1.0 + mx), 1e-12)
+        first, nxt = max(first, 0.1 * scale), max(nxt, 0.1 * scale)
+        return first * load, nxt * load
+
     @property
     def c_draft(self) -> float:
         return self.draft_cost()
@@ -244,12 +284,25 @@ class CostModel:
             return
         per = seconds / (calls + shared * self.draft_share(mode))
         self._observe(("draft", mode), self._c_draft, 0.0, per / self.load(), clip=True)
+        if not shared and self.learn:  # a lone draft: its length's mean (draft_parts)
+            key = ("len", mode, n_tokens)
+            with self._lock:
+                v = self._lengths.get(key)
+                x = seconds / self.load()
+                if v is None:
+                    self._lengths[key] = [x, 1.0]
+                else:
+                    if v[1] >= 2.0:  # (a preempted draft is not the head's cost)
+                        x = min(max(x, v[0] / CLIP), v[0] * CLIP)
+                    w = self._decay * v[1]
+                    v[0], v[1] = (w * v[0] + x) / (w + 1.0), w + 1.0
 
     def describe(self) -> dict:
         return {
             "rows": {int(n): float(t) for n, t in zip(self._n[1:], self._t[1:])},
             "attn": self.attn,
             "c_draft": {m: self.draft_cost(m) for m in ("greedy", "sample")},
+            "draft_parts": {m: self.draft_parts(m) for m in ("greedy", "sample")},
             "draft_share": {m: self.draft_share(m) for m in ("greedy", "sample")},
             "overhead": {m: [self.overhead(False, m), self.overhead(True, m)] for m in ("greedy", "sample")},
             "catch_up": {m: self.catch_up(m) for m in ("greedy", "sample")},

@@ -4,7 +4,7 @@
   most expected tokens per second,
 
       E_tokens(k) / cost(k),   E_tokens(k) = 1 + sum_{i<=k} prod_{j<=i} kept_j * a_j,
-      cost(k) = c_verify(1 + E[rows]) + E[head decodes] * c_draft,
+      cost(k) = c_verify(1 + E[rows]) + c_first + (E[head decodes] - 1) * c_next,
       cost(0) = c_verify(1) + c_catch * min(1, KEEP / gap)            (a plain step),
 
   with a_j the recent acceptance at draft position j (decayed counts with a prior), kept_j how
@@ -201,21 +201,25 @@ class AutoPolicy:
         keep = self.kept.rates() if cut else [1.0] * self.n_max
         self.last_rates = rates
         c = self.costs
-        c_draft, o_plain, o_draft = c.draft_cost(self.mode), c.overhead(False, self.mode), c.overhead(True, self.mode)
+        # a draft's first head decode costs more than the later ones (it also feeds the head the
+        # tokens the last verify accepted): priced per token, learned from 1-token drafts, longer
+        # drafts looked 1.5-2x their cost and auto kept to 1 token
+        c_first, c_next = c.draft_parts(self.mode)
+        o_plain, o_draft = c.overhead(False, self.mode), c.overhead(True, self.mode)
         share = c.draft_share(self.mode) if self.positions_before else 1.0
         # (a plain step's token is fed to the head at the next draft, a probe's or not, when it is
         # among the last CATCH_UP_KEEP: not counted, a run of plain steps looked free of it, and
         # each probe after one paid it)
         fed = min(1.0, CATCH_UP_KEEP / max(1.0, self.probes.gap))
         gain, cost = [tokens_before + 1.0], [c.verify(rows_before + 1, n_past) + o_plain + fed * c.catch_up(self.mode)]
-        reach, kept, rows, decodes = 1.0, 1.0, 0.0, 0.0
+        reach, kept, rows, drafting = 1.0, 1.0, 0.0, 0.0
         for j in range(self.n_max):
-            decodes += kept * (share if j < self.positions_before else 1.0)
+            drafting += kept * (share if j < self.positions_before else 1.0) * (c_next if j else c_first)
             kept *= keep[j]
             rows += kept
             reach *= rates[j] * keep[j]
             gain.append(gain[-1] + reach)
-            cost.append(self._verify(rows_before + 1 + rows, n_past) + decodes * c_draft + o_draft)
+            cost.append(self._verify(rows_before + 1 + rows, n_past) + drafting + o_draft)
         return gain, [max(x, 1e-12) for x in cost]
 
     def _verify(self, rows: float, n_past: int) -> float:
@@ -362,7 +366,7 @@ class AutoPolicy:
             elif decodes and self._missed and self._drafted_once and self.costs.draft_timings(self.mode) >= 1:
                 # after plain steps: what the draft took beyond its draft tokens fed the head
                 # the tokens it missed
-                extra = t_draft - decodes * self.costs.draft_cost(self.mode)
+                extra = t_draft - self.costs.draft_seconds(decodes, self.mode)
                 self.costs.observe_catch_up(min(self._missed, CATCH_UP_KEEP), max(0.0, extra), self.mode)
         if decodes and self.p_min > 0.0:
             self.kept.count(decodes, n_drafted)
