@@ -90,6 +90,9 @@ class Drafter:
 
     max_draft = 16
     wants_hidden = False
+    #: After truncate(), whether the next observe() starts at the position before the cut (whose
+    #: hidden row pairs with the token at the cut); an MTP head that skips that token says False.
+    row_before_cut = True
     last_source = ""  # who proposed the last draft, for the statistics per source
     vocab_size = 0  # tokens a trimmed MTP head scores (0: all, or not an MTP head)
     verify_cost: Callable[[int], float | None] | None = None  # set by the speculator: k -> measured

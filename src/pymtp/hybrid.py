@@ -132,6 +132,10 @@ class HybridDrafter(Drafter):
     def truncate(self, n_keep: int) -> int:
         return self.mtp.truncate(n_keep)
 
+    @property
+    def row_before_cut(self) -> bool:  # type: ignore[override]  # the head's answer, after its truncate
+        return self.mtp.row_before_cut
+
     def write_count(self) -> int:
         return self.mtp.write_count()
 

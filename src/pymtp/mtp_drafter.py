@@ -88,9 +88,6 @@ class MTPDrafter(Drafter):
 
     wants_hidden = True
     last_source = "mtp"
-    #: Whether the next observe() after truncate() must start at the position before the cut
-    #: (whose hidden row pairs with the token at the cut); False where the head skips that token.
-    row_before_cut = True
 
     def __init__(self, draft: DraftContext) -> None:
         self.ctx = draft

@@ -176,7 +176,7 @@ class MTPSpeculator:
             # hidden row of p-1, so the target re-decodes one kept position to hand that
             # row over (only positions the draft KV already holds are kept).
             p0 = self.drafter.truncate(keep) if self.drafter else keep
-            if self.drafter and self.drafter.wants_hidden and getattr(self.drafter, "row_before_cut", True):
+            if self.drafter and self.drafter.wants_hidden and self.drafter.row_before_cut:
                 p0 = max(0, p0 - 1)
             self.target.seq_rm(p0)  # a recurrent target gets here only with p0 == 0
             if self.drafter and p0 == 0:
