@@ -20,7 +20,9 @@ def rates(path: Path) -> dict[tuple, dict[str, float]]:
         if r["warmup"] or not r.get("ok") or r["engine"] != "pymtp":
             continue
         model = r["model"]
-        model = "echo-100" if "a100" in model else "echo-70" if "a70" in model else "deep" if "deep" in model else "default"
+        model = (
+            "echo-100" if "a100" in model else "echo-70" if "a70" in model else "deep" if "deep" in model else "default"
+        )
         for kind in ("all", r["kind"]):
             s = sums.setdefault((model, r["sampling"], kind), {}).setdefault(r["variant"], [0.0, 0.0])
             s[0] += r["n_tokens"]
@@ -43,11 +45,16 @@ def main(root: Path) -> None:
             cells.setdefault((model, sampling, kind, side), []).append(
                 (run.name, tps["mtp-auto"] / tps["plain"], tps["mtp-auto"] / best)
             )
-    print(f"{'workload':32s} {'side':6s} {'auto x plain':>12s} {'auto x best':>11s}  per run (x best fixed), by step time")
+    print(
+        f"{'workload':32s} {'side':6s} {'auto x plain':>12s} {'auto x best':>11s}  per run (x best fixed), by step time"
+    )
     for (model, sampling, kind, side), runs in sorted(cells.items()):
         xp = statistics.median(r[1] for r in runs)
         xb = statistics.median(r[2] for r in runs)
-        print(f"{model + ' ' + sampling + ' ' + kind:32s} {side:6s} {xp:12.2f} {xb:11.2f}  {' '.join(f'{r[2]:.2f}' for r in runs)}")
+        print(
+            f"{model + ' ' + sampling + ' ' + kind:32s} {side:6s} {xp:12.2f} {xb:11.2f}  "
+            + " ".join(f"{r[2]:.2f}" for r in runs)
+        )
 
 
 if __name__ == "__main__":
