@@ -4,7 +4,8 @@ fixture's mtp-3 step spends 12% drafting and 10% catching up on the prompt):
     python tools/kernel_bench/measure_head_cost.py [--model echo-80-1.5b] [--threads 2]
         [--rows 1,4,313] [--vocab 0,4096] [--repeats 9] [--pos 320]
 
-For each row count n: a trunk decode of n rows (logits of the last row only, as a prefill), and
+For each row count n: a trunk decode of n rows (logits of the last row only; past 8 rows only
+with --trunk-prefill), and
 a head decode of n rows without logits (the catch-up on the prompt) and with the last row's
 logits (a draft), once per draft vocabulary size (0: the whole vocabulary, llama.cpp's own
 projection; N: the N most frequent tokens, pymtp's trimmed projection). Each decode is timed
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab", default="0,4096", help="draft vocabulary sizes (0: all)")
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--pos", type=int, default=320, help="first position of the timed rows")
+    ap.add_argument("--trunk-prefill", action="store_true", help="time the trunk at more than 8 rows too")
     args = ap.parse_args(argv)
     rows = [int(x) for x in args.rows.split(",")]
     vocabs = [int(x) for x in args.vocab.split(",")]
@@ -68,11 +70,12 @@ def main(argv: list[str] | None = None) -> int:
                 for rep in range(args.repeats + 1):  # the first repeat warms up, not counted
                     for n in rows:
                         seg = toks[args.pos : args.pos + n]
-                        t0 = pc()
-                        t.decode(seg, args.pos, output=last_row_only(n))
-                        dt = pc() - t0
-                        t.seq_rm(args.pos)
-                        times.setdefault(f"trunk x{n} (last row's logits)", []).append(dt)
+                        if n <= 8 or args.trunk_prefill:
+                            t0 = pc()
+                            t.decode(seg, args.pos, output=last_row_only(n))
+                            dt = pc() - t0
+                            t.seq_rm(args.pos)
+                            times.setdefault(f"trunk x{n} (last row's logits)", []).append(dt)
                         for v, ids in vsets.items():
                             d.set_vocab(ids)
                             for outputs in (False, True):
