@@ -153,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-prompts", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--draft-vocab", type=int, default=None, help="SpecConfig.draft_vocab (default: its default; 0: all)")
+    ap.add_argument(
+        "--draft-vocab", type=int, default=None, help="SpecConfig.draft_vocab (default: its default; 0: all)"
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 

@@ -65,7 +65,13 @@ def main(argv: list[str] | None = None) -> int:
                 t.decode(toks[a : min(args.pos, a + 256)], a, output=last_row_only(min(args.pos, a + 256) - a))
             hid = np.ascontiguousarray(rng.standard_normal((max(rows), m.n_embd)), dtype=np.float32)
             with pymtp.DraftContext(t, n_batch=n_ctx, n_threads=args.threads) as d:
-                d.decode(toks[1 : args.pos], 1, hid[0], np.repeat(hid[:1], args.pos - 2, axis=0), output=np.zeros(args.pos - 1, np.uint8))
+                d.decode(
+                    toks[1 : args.pos],
+                    1,
+                    hid[0],
+                    np.repeat(hid[:1], args.pos - 2, axis=0),
+                    output=np.zeros(args.pos - 1, np.uint8),
+                )
                 vsets = {v: (frequent_tokens(m, v) if 0 < v < m.n_vocab else []) for v in vocabs}
                 for rep in range(args.repeats + 1):  # the first repeat warms up, not counted
                     for n in rows:
@@ -95,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     row = hbytes / hrows
     for v in vocabs:
         if 0 < v < hrows:
-            print(f"  vocab {v}: its copy in the head's type {v * row / 1e6:.1f} MB, in F16 {v * 2 * n_embd / 1e6:.1f} MB")
+            print(
+                f"  vocab {v}: its copy in the head's type {v * row / 1e6:.1f} MB, in F16 {v * 2 * n_embd / 1e6:.1f} MB"
+            )
     for k, ts in times.items():
         print(f"  {k:52s} {statistics.median(ts) * 1e3:8.3f} ms")
     return 0
