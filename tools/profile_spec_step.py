@@ -2,7 +2,7 @@
 prompts and thread count, every libpymtp call timed and keyed by what it did.
 
     python tools/profile_spec_step.py [--model default] [--threads 1] [--drafts 1]
-        [--prompts both] [--n-prompts 2] [--max-tokens 64] [--rounds 2] [--json OUT]
+        [--prompts both] [--n-prompts 2] [--max-tokens 64] [--rounds 2] [--draft-vocab N] [--json OUT]
 
 Run it under /work/tools/bench-quiet (it prints speeds). The variants alternate prompt by
 prompt and round by round (interleaved: both see the same machine load); the prefill is not
@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-prompts", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--draft-vocab", type=int, default=None, help="SpecConfig.draft_vocab (default: its default; 0: all)"
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
@@ -163,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         prompts += [p.text for p in prose_prompts(args.n_prompts)]
     variants: dict[str, SpecConfig | None] = {"plain": None}
     for k in (int(x) for x in args.drafts.split(",")):
-        variants[f"mtp-{k}"] = SpecConfig(n_draft=k, policy="fixed")
+        extra = {} if args.draft_vocab is None else {"draft_vocab": args.draft_vocab}
+        variants[f"mtp-{k}"] = SpecConfig(n_draft=k, policy="fixed", **extra)
     tallies = {v: Tally() for v in variants}
     cost = timer_cost()
     with Session(resolve_model(args.model), n_ctx=N_CTX, n_threads=args.threads) as session, session.lock:

@@ -8,6 +8,12 @@
 // it with a copy of the N chosen rows of the head matrix. The logits of the other tokens
 // read -inf: q is zero there, which rejection sampling covers (the residual) and greedy
 // verification never needs.
+//
+// The copy keeps the head matrix's own type where this CPU multiplies it (its rows are copied
+// byte for byte): the fewest bytes a draft token reads (a Q6_K head: 0.82 bytes a weight,
+// against 2 for an F16 copy), and each chosen logit bitwise the one the whole projection gives
+// (the same blocks through the same kernel). F32 and types without a CPU dot product are
+// converted to F16.
 
 #include "shim_internal.h"
 
@@ -34,7 +40,7 @@ struct draft_vocab {
     std::vector<int32_t> ids;
     std::vector<uint8_t> work;
     ggml_context * ctx = nullptr;
-    ggml_tensor * w = nullptr;          // [n_embd, n] F16: the chosen rows of the head matrix
+    ggml_tensor * w = nullptr;          // [n_embd, n]: the chosen rows of the head matrix (its type, or F16)
     ggml_tensor * h = nullptr;          // [n_embd, 1] F32
     ggml_tensor * out = nullptr;        // [n, 1] F32
     ggml_cgraph * graph = nullptr;
@@ -105,14 +111,29 @@ bool draft_capture_cb(ggml_tensor * t, bool ask, void * user_data) {
     return true;
 }
 
+// Whether the chosen rows are copied as they are: F16, or a type this CPU has a dot product
+// for (an F32 head is halved to F16: its draft tokens read half the bytes).
+static bool rows_copy_as_they_are(const ggml_tensor * head) {
+    if (head->type == GGML_TYPE_F16) return true;
+    if (head->type == GGML_TYPE_F32) return false;
+    const auto * cpu = ggml_get_type_traits_cpu(head->type);
+    return cpu && cpu->vec_dot && cpu->vec_dot_type != GGML_TYPE_COUNT && head->nb[1] == ggml_row_size(head->type, head->ne[0]);
+}
+
 draft_vocab * draft_vocab_new(const ggml_tensor * head, const int32_t * ids, int32_t n, int32_t n_vocab,
                               int32_t n_threads, const char ** why) {
     if (head->ne[1] != n_vocab) {
         *why = "the head matrix is not n_vocab rows";
         return nullptr;
     }
+    if (head->extra) {
+        // repacked for this CPU (interleaved rows): its buffer cannot be read back
+        *why = "the head matrix is repacked for this CPU";
+        return nullptr;
+    }
     const auto * traits = ggml_get_type_traits(head->type);
-    if (head->type != GGML_TYPE_F32 && !traits->to_float) {
+    const bool as_is = rows_copy_as_they_are(head);
+    if (!as_is && head->type != GGML_TYPE_F32 && !traits->to_float) {
         *why = "the head matrix's type cannot be read as floats";
         return nullptr;
     }
@@ -126,28 +147,35 @@ draft_vocab * draft_vocab_new(const ggml_tensor * head, const int32_t * ids, int
         v->n_embd = (int32_t) head->ne[0];
         v->n = n;
         v->ids.assign(ids, ids + n);
-        const size_t mem = ggml_tensor_overhead() * 4 + ggml_graph_overhead() +
-                           (size_t) v->n_embd * n * sizeof(ggml_fp16_t) + (size_t) v->n_embd * 4 + (size_t) n * 4 + 4096;
+        const ggml_type type = as_is ? head->type : GGML_TYPE_F16;
+        const size_t row = ggml_row_size(type, v->n_embd);
+        const size_t mem = ggml_tensor_overhead() * 4 + ggml_graph_overhead() + row * n + (size_t) v->n_embd * 4 +
+                           (size_t) n * 4 + 4096;
         ggml_init_params ip = {mem, nullptr, false};
         v->ctx = ggml_init(ip);
         if (!v->ctx) throw std::bad_alloc();
-        v->w = ggml_new_tensor_2d(v->ctx, GGML_TYPE_F16, v->n_embd, n);
+        v->w = ggml_new_tensor_2d(v->ctx, type, v->n_embd, n);
         v->h = ggml_new_tensor_2d(v->ctx, GGML_TYPE_F32, v->n_embd, 1);
         v->out = ggml_mul_mat(v->ctx, v->w, v->h);
         v->graph = ggml_new_graph(v->ctx);
         ggml_build_forward_expand(v->graph, v->out);
-        // copy the chosen rows, converted to F16 (the projection is memory-bound)
-        std::vector<uint8_t> raw(head->nb[1]);
-        std::vector<float> f(v->n_embd);
-        auto * dst = static_cast<ggml_fp16_t *>(v->w->data);
-        for (int32_t i = 0; i < n; ++i) {
-            ggml_backend_tensor_get(head, raw.data(), (size_t) ids[i] * head->nb[1], head->nb[1]);
-            if (head->type == GGML_TYPE_F32) {
-                std::memcpy(f.data(), raw.data(), sizeof(float) * v->n_embd);
-            } else {
-                traits->to_float(raw.data(), f.data(), v->n_embd);
+        auto * dst = static_cast<uint8_t *>(v->w->data);
+        if (as_is) {
+            for (int32_t i = 0; i < n; ++i) {
+                ggml_backend_tensor_get(head, dst + (size_t) i * row, (size_t) ids[i] * head->nb[1], row);
             }
-            ggml_fp32_to_fp16_row(f.data(), dst + (size_t) i * v->n_embd, v->n_embd);
+        } else {
+            std::vector<uint8_t> raw(head->nb[1]);
+            std::vector<float> f(v->n_embd);
+            for (int32_t i = 0; i < n; ++i) {
+                ggml_backend_tensor_get(head, raw.data(), (size_t) ids[i] * head->nb[1], head->nb[1]);
+                if (head->type == GGML_TYPE_F32) {
+                    std::memcpy(f.data(), raw.data(), sizeof(float) * v->n_embd);
+                } else {
+                    traits->to_float(raw.data(), f.data(), v->n_embd);
+                }
+                ggml_fp32_to_fp16_row(f.data(), reinterpret_cast<ggml_fp16_t *>(dst + (size_t) i * row), v->n_embd);
+            }
         }
         v->n_threads = std::max(1, n_threads);
         v->plan = ggml_graph_plan(v->graph, v->n_threads, nullptr);

@@ -65,6 +65,7 @@ struct pymtp_ctx {
     int32_t trim_n = 0;                   // how many
     std::vector<float> trim_rows;         // pymtp_decode_rows' trimmed logits (-inf outside the ids)
     std::vector<int32_t> trim_idx;        // the batch rows they belong to
+    bool hidden_on = true;                // draft contexts: llama.cpp extracts hidden rows (embeddings_nextn)
 };
 
 // ---- errors and handle registry ------------------------------------------------
@@ -697,6 +698,16 @@ int pymtp_decode_rows(pymtp_ctx * c, const int32_t * tokens, const int32_t * pos
             return fail(PYMTP_ERR_ARG, "row %d: position %d does not continue sequence %d (next is %d)", i, pos[i], s, next[s]);
         }
         next[s] = pos[i] + 1;
+    }
+    if (c->is_draft) {
+        // A draft decode without output rows only fills the head's KV: with no hidden rows asked
+        // for, glm4moe's MTP graph writes the K/V rows alone (patch 0006).
+        bool any_out = !output;
+        for (int32_t i = 0; i < n_tokens && !any_out; ++i) any_out = output[i] != 0;
+        if (any_out != c->hidden_on) {
+            llama_set_embeddings_nextn(c->ctx, any_out, /*masked*/ true);
+            c->hidden_on = any_out;
+        }
     }
     if (c->vocab) {
         // A trimmed vocabulary: llama.cpp projects no row; the rows asked for are captured and
