@@ -54,10 +54,13 @@ class Acceptance:
 class ProbeClock:
     """When the next probe is due while plain steps win: plain steps since the last draft and
     the gap the probes are at (carried from one generation to the next, like the acceptance:
-    short generations would otherwise each probe at the first gap)."""
+    short generations would otherwise each probe at the first gap). share: the part of the probe
+    budget the probes may spend (in a Batch it halves after each probe that did no better than
+    expected: AutoPolicy.update)."""
 
     gap: float
     plain_run: int = 0
+    share: float = 1.0
 
 
 # model -> {key: (acceptance of kept tokens, of all tokens, keep rate, ProbeClock)}
@@ -88,6 +91,6 @@ def carried(model, key, window: int, first_gap: float) -> tuple[Acceptance, Acce
                 f = min(1.0, CARRY * window / most) if most > 0 else 1.0
                 new.reached = [x * f for x in old.reached]
                 new.accepted = [x * f for x in old.accepted]
-            clock = ProbeClock(last[3].gap, last[3].plain_run)
+            clock = ProbeClock(last[3].gap, last[3].plain_run, last[3].share)
         per_model[key] = (acc, acc_all, keep, clock)
     return acc, acc_all, keep, clock

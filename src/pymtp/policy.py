@@ -61,6 +61,11 @@ PROBE_MIN, PROBE_BUDGET, PROBE_CAP = 4, 0.02, 256
 #: estimate frozen since the plain steps began by 1/16: a dip of the estimate under the break-even
 #: rate kept plain steps for good, 73% of the steps where drafting earns 8% more, in the test.)
 PROBE_WEIGHT = 2.0
+#: In a Batch, each probe that did no better than expected halves the part of PROBE_BUDGET the
+#: probes may spend, down to this (one that did better restores it): at 1 thread on 4 streams,
+#: where no draft length pays, probes spending the whole 2% took 3.7% of the time for 2.0% in
+#: tokens, about auto's whole margin against plain steps (issue #29, round 8).
+BATCH_SHARE_MIN = 0.125
 #: Until the draft cost was timed this often (per mode: relative to the machine's load, it stays
 #: valid), the step after a probe drafts once more to time a draft token without the head's
 #: catch-up on the tokens it missed (a probe's draft time is no measure of a draft token).
@@ -278,7 +283,8 @@ class AutoPolicy:
                 # they cost: probe at the plain gap, so that a calibration that a burst of load
                 # made too dear is corrected)
                 # (cost[0] is the whole step's: in a Batch the texts' probes share the budget)
-                gap = max(gap, min(PROBE_CAP, loss * self.n_texts / (PROBE_BUDGET * cost[0])))
+                budget = PROBE_BUDGET * (self.probes.share if self.n_texts > 1 else 1.0)
+                gap = max(gap, min(PROBE_CAP, loss * self.n_texts / (budget * cost[0])))
             if self.probes.plain_run >= gap and self.may_probe:
                 k, probe = probe_k, True
         elif k < self.n_max and self.costs.learn:
@@ -399,8 +405,11 @@ class AutoPolicy:
                     self.acceptance.discount(0.5)
                     self.acceptance_all.discount(0.5)
                     self.probes.gap = max(PROBE_MIN, self.probes.gap // 2)
+                    self.probes.share = 1.0
                 else:
                     self.probes.gap = min(PROBE_MAX, 2 * self.probes.gap)
+                    if self.n_texts > 1:
+                        self.probes.share = max(BATCH_SHARE_MIN, self.probes.share / 2)
             elif choice is not None and not choice.probe:
                 self.probes.gap = PROBE_FIRST
             self.probes.plain_run = 0
