@@ -65,3 +65,14 @@ def test_a_shared_trunk_pass_counts_as_its_own(tiny):
     own.close()
     shared.close()
     assert own.figures() == shared.figures()
+
+
+def test_held_out_windows_and_code_prompts_spread_over_files(tiny):
+    docs = evaluate_head.held_out_documents(tiny, None, per_domain=0, human_tokens=20_000, per_file=2)
+    code = [d["id"].rsplit(":", 1)[0] for d in docs if d["domain"] == "code"]
+    assert code and max(code.count(f) for f in set(code)) <= 2
+    assert all(d["held_out"] for d in docs)
+    prompts = evaluate_head.prompts_for(tiny, None, 4, per_file=1)
+    before = evaluate_head.prompts_for(tiny, None, 4)
+    assert len(prompts) == len(before) == 4 and prompts != before  # 4 files, not one file's 4 windows
+    assert all(len(p) == 64 for p in prompts)

@@ -109,3 +109,18 @@ def test_a_resumed_run_keeps_its_draft_vocabulary(work, capsys):
     a = _state(work / "vocab-straight" / selfdistill.HEAD_FILE)
     b = _state(work / "vocab-resumed" / selfdistill.HEAD_FILE)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_checkpoint_exports_the_head_it_holds(work, capsys):
+    selfdistill.main(["--work", str(work), "--run", "export-mid", *ARGS, "--stop-at", "2"])
+    selfdistill.main(["--work", str(work), "--run", "export-mid", "--export-checkpoint"])
+    out = work / "export-mid" / "export-mid-step2.gguf"
+    assert f"wrote {out}" in capsys.readouterr().out
+    ck = torch.load(work / "export-mid" / "ckpt.pt", weights_only=False)["head"]
+    got = _state(out)
+    # the head file is F16 (norms and the router stay F32): the checkpoint's weights, rounded
+    assert all(torch.allclose(got[k], ck[k].float(), rtol=1e-3, atol=1e-3) for k in got)
+    assert any(not torch.equal(got[k], _state(selfdistill.SHIPPED)[k]) for k in got if k != "ffn.exp_probs_b")
+    # the run itself goes on from its checkpoint
+    selfdistill.main(["--work", str(work), "--run", "export-mid", *ARGS])
+    assert "resumed at step 2" in capsys.readouterr().out

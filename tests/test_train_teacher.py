@@ -135,6 +135,21 @@ def test_human_documents_keep_sources_apart(tiny):
     assert all(len(d["tokens"]) <= teacher_text.WINDOW for d in docs)
 
 
+def test_a_per_source_cap_spreads_held_out_windows_over_more_files(tiny):
+    def files(docs):
+        return [d["id"].rsplit(":", 1)[0] for d in docs if d["domain"] == "code"]
+
+    kw = dict(code_tokens=200_000, docs_tokens=0, seed=0, splits=(True,))
+    uncapped = files(teacher_text.human_documents(tiny, **kw))
+    capped = teacher_text.human_documents(tiny, **kw, per_source=1)
+    one = files(capped)
+    assert len(one) == len(set(one))  # one window per file
+    assert len(set(one)) > len(set(uncapped)) > 0  # the same budget reaches more files
+    assert all(d["id"].endswith(":0") for d in capped)  # each file's first window
+    two = files(teacher_text.human_documents(tiny, **kw, per_source=2))
+    assert max(two.count(f) for f in set(two)) == 2
+
+
 def test_generation_jobs_cap_held_out_text_and_keep_every_training_prompt(tiny, monkeypatch):
     from pymtp.train import corpus
 

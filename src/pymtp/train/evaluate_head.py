@@ -13,7 +13,9 @@ on held-out text only (teacher_text.py's splits), the heads taking turns on each
   (``--draft-vocab``, SpecConfig's default) equals the trunk's argmax at p+1; the full
   vocabulary's too, and a draft vocabulary of the same size taken from the distillation
   corpus (``accept_corpus_vocab``; equal to ``accept`` when --work has no shards). Domains:
-  ``code`` (held-out stdlib files), ``docs`` (held-out package READMEs), and the trunk's
+  ``code`` (held-out stdlib files: the first ``--windows-per-file`` windows of each, so that
+  the figure spans the held-out files rather than the first two to six of them), ``docs``
+  (held-out package READMEs, the same cap), and the trunk's
   greedy ``chat``, ``prose`` and ``codegen`` text (from --text, python -m
   pymtp.train.selfdistill's trunk-text.jsonl; completions only);
 * real speculative generations (n_draft 3, fixed draft length) from held-out chat
@@ -151,21 +153,29 @@ def speculative(
     }
 
 
-def held_out_documents(model, text: Path | None, *, per_domain: int, human_tokens: int) -> list[dict]:
+def held_out_documents(
+    model, text: Path | None, *, per_domain: int, human_tokens: int, per_file: int = 0
+) -> list[dict]:
     docs = []
     if text is not None and text.exists():
         gen = [d for d in teacher_text.trunk_documents(text) if d["held_out"] and d["temperature"] == 0.0]
         for dom in TRUNK_DOMAINS:
             docs += [d for d in gen if d["domain"] == dom][:per_domain]
     human = teacher_text.human_documents(
-        model, code_tokens=10 * human_tokens, docs_tokens=10 * human_tokens, seed=0, splits=(True,)
+        model,
+        code_tokens=10 * human_tokens,
+        docs_tokens=10 * human_tokens,
+        seed=0,
+        splits=(True,),
+        per_source=per_file,
     )
     return docs + human
 
 
-def prompts_for(model, text: Path | None, n: int) -> list[list[int]]:
+def prompts_for(model, text: Path | None, n: int, per_file: int = 0) -> list[list[int]]:
     """Held-out prompts: chat instructions and prose openings (trunk-text.jsonl's held-out
-    items) and held-out stdlib code prefixes, n of each at most."""
+    items) and held-out stdlib code prefixes, n of each at most (from n files with
+    per_file 1; without it, the first file's windows)."""
     out = []
     if text is not None and text.exists():
         held = [t for t in teacher_text.read_jsonl(text) if t["held_out"]]
@@ -173,7 +183,9 @@ def prompts_for(model, text: Path | None, n: int) -> list[list[int]]:
             out += [t["prompt"] for t in held if t["domain"] == dom][:n]
     code = [
         d
-        for d in teacher_text.human_documents(model, code_tokens=10 * WINDOW * n, docs_tokens=0, seed=0, splits=(True,))
+        for d in teacher_text.human_documents(
+            model, code_tokens=10 * WINDOW * n, docs_tokens=0, seed=0, splits=(True,), per_source=per_file
+        )
         if d["domain"] == "code"
     ]
     out += [d["tokens"][:64] for d in code[:n]]
@@ -200,6 +212,7 @@ def evaluate(
     text: Path | None,
     per_domain: int = 20,
     human_tokens: int = 10_000,
+    per_file: int = 0,
     n_prompts: int = 8,
     max_tokens: int = 64,
     draft_vocab: int = 4096,
@@ -214,8 +227,8 @@ def evaluate(
     first = next(iter(sessions.values())).model
     vocab = frequent_tokens(first, draft_vocab).astype(np.int64)
     alt = corpus_vocab(work, first, draft_vocab) if work is not None else None
-    docs = held_out_documents(first, text, per_domain=per_domain, human_tokens=human_tokens)
-    prompts = prompts_for(first, text, n_prompts)
+    docs = held_out_documents(first, text, per_domain=per_domain, human_tokens=human_tokens, per_file=per_file)
+    prompts = prompts_for(first, text, n_prompts, per_file=min(per_file, 1))
     log(f"{len(docs)} held-out documents, {len(prompts)} prompts, heads: {', '.join(heads)}")
     out: dict[str, dict[str, Any]] = {name: {"head": str(h)} for name, h in heads.items()}
     t0 = time.time()
@@ -255,7 +268,14 @@ def main(argv=None) -> None:
     )
     ap.add_argument("--text", type=Path, default=None, help="trunk-text.jsonl (default: selfdistill's, in the cache)")
     ap.add_argument("--per-domain", type=int, default=12, help="held-out trunk texts per domain")
-    ap.add_argument("--human-tokens", type=int, default=6_000, help="held-out human tokens per domain (about)")
+    ap.add_argument("--human-tokens", type=int, default=40_000, help="held-out human tokens per domain (at most)")
+    ap.add_argument(
+        "--windows-per-file",
+        type=int,
+        default=2,
+        help="held-out human windows per file / package at most, and code prompts from distinct "
+        "files (0: no cap: the budget's first files, as before 2026-11-28, 2 to 6 files)",
+    )
     ap.add_argument("--prompts", type=int, default=8, help="prompts per kind (chat, prose, code)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--draft-vocab", type=int, default=4096)
@@ -276,6 +296,7 @@ def main(argv=None) -> None:
         text=text,
         per_domain=args.per_domain,
         human_tokens=args.human_tokens,
+        per_file=args.windows_per_file,
         n_prompts=args.prompts,
         max_tokens=args.max_tokens,
         draft_vocab=args.draft_vocab,

@@ -300,6 +300,22 @@ def train(args, work: Path, log=print, data: TrainData | None = None) -> dict:
     }
 
 
+def export_checkpoint(run: Path, out: Path | None = None) -> Path:
+    """The head of a run's checkpoint (run/ckpt.pt) as a head GGUF (default:
+    run/<run>-step<N>.gguf), without stopping or changing the run: a head to measure while a
+    run goes on, or from a run that ran out of time."""
+    import torch
+
+    from .head import HeadConfig, NextNHead, write_head_gguf
+
+    st = torch.load(run / "ckpt.pt", map_location="cpu", weights_only=False)
+    head = NextNHead(HeadConfig())
+    head.load_state_dict(st["head"])
+    out = out or run / f"{run.name}-step{st['step']}.gguf"
+    write_head_gguf(head.eval(), out)
+    return out
+
+
 def train_step(head, opt, sched, W, vocab, batch, chain: int, feed: str, *, bf16: bool, target_temperature: float):
     """One optimiser step on a batch of crops: the chain loss (under bfloat16 autocast when
     bf16), gradients clipped to norm 1, the schedule advanced. Returns (loss, per-step figures)."""
@@ -434,6 +450,11 @@ def parser() -> argparse.ArgumentParser:
         default=1.0,
         help="the trunk's top-k log-probs divided by this before renormalising (< 1: sharper, toward its argmax)",
     )
+    ap.add_argument(
+        "--export-checkpoint",
+        action="store_true",
+        help="write the head of --run's checkpoint as RUN/RUN-stepN.gguf and exit (the run is left as it is)",
+    )
     ap.add_argument("--stop-at", type=int, default=0, help="checkpoint and stop at this step (a later run resumes)")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-batches", type=int, default=4)
@@ -453,6 +474,9 @@ def main(argv=None) -> None:
     args = parser().parse_args(argv)
     work = args.work or default_work()
     work.mkdir(parents=True, exist_ok=True)
+    if args.export_checkpoint:
+        print(f"wrote {export_checkpoint(work / args.run)}", flush=True)
+        return
     t0 = time.time()
     record: dict[str, Any] = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
     if not args.skip_prepare:
