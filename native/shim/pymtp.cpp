@@ -701,7 +701,8 @@ int pymtp_decode_rows(pymtp_ctx * c, const int32_t * tokens, const int32_t * pos
     }
     if (c->is_draft) {
         // A draft decode without output rows only fills the head's KV: with no hidden rows asked
-        // for, glm4moe's MTP graph writes the K/V rows alone (patch 0006).
+        // for, the glm4moe, qwen35(moe) and deepseek2 MTP graphs write the K/V rows alone
+        // (patches 0006, 0007).
         bool any_out = !output;
         for (int32_t i = 0; i < n_tokens && !any_out; ++i) any_out = output[i] != 0;
         if (any_out != c->hidden_on) {
