@@ -13,6 +13,7 @@ import pymtp
 from pymtp import SpecConfig
 from pymtp.bench.echo import EchoShape, make_echo
 from pymtp.model import last_row_only
+from pymtp_testing.draft_decodes import after_catch_up
 
 # K-quants need widths that are multiples of 256
 SHAPE = EchoShape(n_embd=512, n_layer=2, n_head=8, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=1024, n_expert=4)
@@ -70,26 +71,10 @@ def test_greedy_speculation_on_a_trimmed_quantized_head_is_lossless(q4km, same_g
     assert got.stats.n_accepted > 0
 
 
-def _after_catch_up(s, outputs: bool, vocab):
-    """The head's logits and hidden row of a one-row draft after a 9-row catch-up decoded with
-    every row's output (the whole NextN block) or with none (patch 0006: K/V rows only)."""
-    prompt = s.tokenize("abc abc abc def def")
-    n = len(prompt)
-    with pymtp.TargetContext(s.model, n_ctx=64, n_batch=64, n_threads=1) as t:
-        t.decode(prompt, 0)
-        rows = t.hidden().copy()
-        with pymtp.DraftContext(t, n_batch=64, n_threads=1) as d:
-            d.set_vocab(vocab)
-            flags = np.full(n - 2, 1 if outputs else 0, dtype=np.uint8)
-            d.decode(prompt[1 : n - 1], 1, rows[0], rows[1 : n - 2], output=flags)
-            d.decode([prompt[n - 1]], n - 1, rows[n - 2], output=last_row_only(1))
-            return d.logits()[-1].copy(), d.hidden()[-1].copy()
-
-
 @pytest.mark.parametrize("trimmed", [False, True])
 def test_a_catch_up_without_outputs_writes_the_same_kv(q4km, trimmed):
     vocab = np.arange(0, q4km.model.n_vocab, 3) if trimmed else []
-    every_row = _after_catch_up(q4km, True, vocab)
-    kv_only = _after_catch_up(q4km, False, vocab)
+    every_row = after_catch_up(q4km, True, vocab)
+    kv_only = after_catch_up(q4km, False, vocab)
     for a, b in zip(every_row, kv_only):
         np.testing.assert_array_equal(b, a)
