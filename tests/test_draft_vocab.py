@@ -24,34 +24,17 @@ from test_distribution import (
 import pymtp
 from pymtp import SpecConfig
 from pymtp.draft_vocab import frequent_tokens, token_counts
-from pymtp.model import last_row_only
+from pymtp_testing.draft_decodes import head_rows
 
 TRIMMING = ["glm4moe", "qwen35", "qwen35moe", "deepseek2"]
 NOT_TRIMMING = ["step35", "mimo2", "qwen3next"]  # chained heads; a graph that cuts the rows
 
 
-def _head_rows(s, vocab):
-    prompt = s.tokenize("def f(x):\n    return x * 2 + 1")
-    n = len(prompt)
-    with pymtp.TargetContext(s.model, n_ctx=64, n_batch=64, n_threads=1) as t:
-        t.decode(prompt, 0)
-        rows = t.hidden().copy()
-        with pymtp.DraftContext(t, n_batch=64, n_threads=1) as d:
-            d.set_vocab(vocab)
-            # untrimmed, every row asks for logits: llama.cpp's masked hidden rows are a decode's
-            # first rows, so the last token's row comes only with all of them
-            out = last_row_only(n - 1) if len(vocab) else np.ones(n - 1, dtype=np.uint8)
-            d.decode(prompt[1:], 1, rows[0], rows[1 : n - 1], output=out)
-            first = d.logits()[-1].copy(), d.hidden()[-1].copy()
-            d.decode([prompt[3]], n, first[1], output=last_row_only(1))  # the recursion's next step
-            return first, (d.logits()[-1].copy(), d.hidden()[-1].copy())
-
-
 @pytest.mark.parametrize("family", TRIMMING)
 def test_the_whole_vocabulary_through_the_trimmed_path_equals_llamas_logits(models, family):
     s = models(family)
-    full = _head_rows(s, [])
-    trimmed = _head_rows(s, np.arange(s.model.n_vocab))
+    full = head_rows(s, [])
+    trimmed = head_rows(s, np.arange(s.model.n_vocab))
     for (a_logits, a_hidden), (b_logits, b_hidden) in zip(full, trimmed):
         np.testing.assert_array_equal(b_hidden, a_hidden)
         # the same rows, through a one-row product here and a many-row one in llama.cpp
@@ -62,8 +45,8 @@ def test_the_whole_vocabulary_through_the_trimmed_path_equals_llamas_logits(mode
 def test_a_trimmed_row_is_minus_infinity_outside_the_set(models):
     s = models("glm4moe")
     keep = np.arange(10, s.model.n_vocab, 3)
-    (logits, _), _ = _head_rows(s, keep)
-    (full, _), _ = _head_rows(s, np.arange(s.model.n_vocab))  # the same kernel, every row
+    (logits, _), _ = head_rows(s, keep)
+    (full, _), _ = head_rows(s, np.arange(s.model.n_vocab))  # the same kernel, every row
     outside = np.setdiff1d(np.arange(s.model.n_vocab), keep)
     assert np.all(np.isneginf(logits[outside]))
     np.testing.assert_array_equal(logits[keep], full[keep])

@@ -12,8 +12,7 @@ import pytest
 import pymtp
 from pymtp import SpecConfig
 from pymtp.bench.echo import EchoShape, make_echo
-from pymtp.model import last_row_only
-from pymtp_testing.draft_decodes import after_catch_up
+from pymtp_testing.draft_decodes import after_catch_up, head_rows
 
 # K-quants need widths that are multiples of 256
 SHAPE = EchoShape(n_embd=512, n_layer=2, n_head=8, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=1024, n_expert=4)
@@ -33,27 +32,11 @@ def test_the_fixture_head_is_q6_k(q4km):
     assert types["output.weight"] == "Q6_K"
 
 
-def _recursion_logits(s, vocab):
-    """The head's logits of a one-row draft decode (the recursion's step) after a prompt."""
-    prompt = s.tokenize("abc abc abc")
-    n = len(prompt)
-    with pymtp.TargetContext(s.model, n_ctx=64, n_batch=64, n_threads=1) as t:
-        t.decode(prompt, 0)
-        rows = t.hidden().copy()
-        with pymtp.DraftContext(t, n_batch=64, n_threads=1) as d:
-            d.set_vocab(vocab)
-            out = last_row_only(n - 1) if len(vocab) else np.ones(n - 1, dtype=np.uint8)
-            d.decode(prompt[1:], 1, rows[0], rows[1 : n - 1], output=out)
-            own = d.hidden()[-1].copy()
-            d.decode([prompt[1]], n, own, output=last_row_only(1))
-            return d.logits()[-1].copy(), d.vocab_size
-
-
 def test_trimmed_logits_of_a_quantized_head_are_the_whole_projections_bits(q4km):
-    full, n_full = _recursion_logits(q4km, [])
+    _, (full, _) = head_rows(q4km, [])  # the recursion's step: a one-row draft decode
     keep = np.arange(3, q4km.model.n_vocab, 2)
-    trimmed, n_trim = _recursion_logits(q4km, keep)
-    assert (n_full, n_trim) == (0, keep.size)
+    _, (trimmed, _) = head_rows(q4km, keep)
+    assert np.isfinite(full).all()
     # an F16 copy of the Q6_K rows differs in the last bits (about 1e-3 here)
     np.testing.assert_array_equal(trimmed[keep], full[keep])
     assert np.all(np.isneginf(np.delete(trimmed, keep)))
