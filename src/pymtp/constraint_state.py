@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .sampling import TokenConstraint, mask_allows
+from .sampling import TokenConstraint, mask_allows, mask_refuse
 
 
 class ConstraintState:
@@ -57,8 +57,7 @@ class ConstraintState:
                 # the mask allowed it but the constraint refuses it (a second end token after an
                 # accepted one): the row must refuse it too, or the verify accepts a token the
                 # constraint never held and reads the stale masks of the rows after it
-                t = int(draft[i])
-                self._masks[i][t >> 5] &= ~np.uint32(1 << (t & 31))
+                mask_refuse(self._masks[i], int(draft[i]))
                 break
             i += 1
             self.n_tentative = i

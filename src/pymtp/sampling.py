@@ -66,6 +66,11 @@ def mask_allows(mask: np.ndarray, token: int) -> bool:
     return bool((int(mask[token >> 5]) >> (token & 31)) & 1)
 
 
+def mask_refuse(mask: np.ndarray, token: int) -> None:
+    """Clear the token's bit in a packed allowed-token mask (32 tokens a uint32 word)."""
+    mask[token >> 5] &= ~np.uint32(1 << (token & 31))
+
+
 #: Draft.q values: each draft token's q sits in the sampler's slot of its position (drafted
 #: through Sampler.row), or is a point mass on the token (prompt lookup).
 Q_IN_SLOTS = "slots"
