@@ -327,11 +327,18 @@ class AutoPolicy:
         """The confidence cut: when the head proposes a token (its draft decode done), keeping
         it costs its verify row; a token whose head probability (taken as its chance of
         acceptance) is below the tokens the step's rate earns in those seconds costs more than it
-        brings. (Probes, the k + 1 drafts and drafts where a cut loses draft without one.)"""
+        brings. One cut applies at every position of the draft (the drafter's loop ends the draft
+        at the first token below it), so it is the price of the draft's cheapest row: a token
+        the cut drops where its row costs nothing loses its own row and every later one (set by
+        the last, dearest row, a 4-token draft's cut of 0.41 on the deep variant, whose 2-3 rows
+        verify in no more than one row's time, dropped the first token in most steps). Dearer
+        rows further on are priced in the choice of k, by the keep rates. (Probes, the k + 1
+        drafts and drafts where a cut loses draft without one.)"""
         if k == 0:
             return 0.0
-        c, b = self.costs, self._rows_before
-        row = c.verify(b + k + 1, self._pos) - c.verify(b + k, self._pos)
+        c, b, pos = self.costs, self._rows_before, self._pos
+        rows = [c.verify(b + 1 + j, pos) for j in range(k + 1)]
+        row = min(rows[j + 1] - rows[j] for j in range(k))
         return min(P_MIN_CAP, max(0.0, tps[k] * row))
 
     def head_decodes(self, n_drafted: int) -> int:
