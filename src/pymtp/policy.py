@@ -327,11 +327,18 @@ class AutoPolicy:
         """The confidence cut: when the head proposes a token (its draft decode done), keeping
         it costs its verify row; a token whose head probability (taken as its chance of
         acceptance) is below the tokens the step's rate earns in those seconds costs more than it
-        brings. (Probes, the k + 1 drafts and drafts where a cut loses draft without one.)"""
+        brings. One cut applies at every position of the draft (the drafter's loop ends the draft
+        at the first token below it), so it is the price of the draft's cheapest row: a token
+        the cut drops where its row costs nothing loses its own row and every later one (set by
+        the last, dearest row, a 4-token draft's cut of 0.41 on the deep variant, whose 2-3 rows
+        verify in no more than one row's time, dropped the first token in most steps). Dearer
+        rows further on are priced in the choice of k, by the keep rates. (Probes, the k + 1
+        drafts and drafts where a cut loses draft without one.)"""
         if k == 0:
             return 0.0
-        c, b = self.costs, self._rows_before
-        row = c.verify(b + k + 1, self._pos) - c.verify(b + k, self._pos)
+        c, b, pos = self.costs, self._rows_before, self._pos
+        rows = [c.verify(b + 1 + j, pos) for j in range(k + 1)]
+        row = min(rows[j + 1] - rows[j] for j in range(k))
         return min(P_MIN_CAP, max(0.0, tps[k] * row))
 
     def head_decodes(self, n_drafted: int) -> int:
@@ -461,23 +468,23 @@ def plan_batch(speculators, max_new: list[int | None]) -> list[int]:
 
 def observe_batch_draft(costs: CostModel, decodes: list[tuple[int, object]], seconds: float, mode: str) -> None:
     """A Batch's drafting phase took these seconds; decodes: each text's (head decodes, policy).
-    The texts share one head decode per draft position (CostModel.observe_draft). Where a
-    drafting text also fed the head the tokens of its plain steps (a probe), the phase is no
-    measure of draft tokens; where that text was the only one, what the phase took beyond its
-    draft tokens is its catch-up (unlearned in a Batch, it stayed at its prior, 0.4 ms a token
-    on the default model, where a probe's catch-up took 1 ms a token beside 3 other texts)."""
+    The texts share one head decode per draft position (CostModel.observe_batch_draft: a
+    draft's first decode and its later ones priced apart). Where a drafting text also fed the
+    head the tokens of its plain steps (a probe), the phase is no measure of draft tokens;
+    where that text was the only one, what the phase took beyond its draft decodes is its
+    catch-up (unlearned in a Batch, it stayed at its prior, 0.4 ms a token on the default model,
+    where a probe's catch-up took 1 ms a token beside 3 other texts)."""
     drafting = [(n, p) for n, p in decodes if n]
     if not drafting:
         return
-    n_decodes, calls = sum(n for n, _ in drafting), max(n for n, _ in drafting)
     catching = [p for _, p in drafting if getattr(p, "catching_up", False)]
     if not catching:
-        costs.observe_draft(n_decodes, seconds, mode, calls=calls)
+        costs.observe_batch_draft([n for n, _ in drafting], seconds, mode)
         return
     p = catching[0]
     if len(catching) == 1 and isinstance(p, AutoPolicy) and p._missed and p._drafted_once:
         if costs.draft_timings(mode) >= 1:
-            tokens = costs.draft_cost(mode) * (calls + costs.draft_share(mode) * (n_decodes - calls))
+            tokens = costs.batch_draft_seconds([n for n, _ in drafting], mode)
             costs.observe_catch_up(min(p._missed, CATCH_UP_KEEP), max(0.0, seconds - tokens), mode)
 
 
