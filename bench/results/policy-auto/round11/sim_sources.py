@@ -19,7 +19,8 @@ import argparse
 import importlib.util
 import pathlib
 
-from pymtp import SpecConfig, policy as pol_mod
+from pymtp import SpecConfig
+from pymtp import policy as pol_mod
 from pymtp.bench.echo import EchoMaps
 from pymtp.bench.models import resolve_model
 from pymtp.bench.prompts import code_prompts, prose_prompts
@@ -99,7 +100,9 @@ def main() -> None:
     model = Model(path, mtp=False)
     prompts = code_prompts(args.n_prompts) + prose_prompts(args.n_prompts)
     lasts = [(p.kind, model.tokenize(p.text, add_special=True)[-1]) for p in prompts]
-    print(f"# {args.model}, {args.table} costs, {args.n_prompts} prompt(s) a kind x {args.repeats}, {args.tokens} tokens")
+    print(
+        f"# {args.model}, {args.table} costs, {args.n_prompts} prompt(s) a kind x {args.repeats}, {args.tokens} tokens"
+    )
     cases = [
         ("as is", (), False),
         ("stretch off", ("stretch",), False),
