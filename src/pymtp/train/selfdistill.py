@@ -123,7 +123,8 @@ def _generated_tokens(path: Path) -> int:
 @dataclass
 class TrainData:
     """What a training run reads: the tied output matrix (numpy), the draft vocabulary, and
-    crops of the training and held-out documents (held_code: held-out human code alone)."""
+    crops of the training and held-out documents (held_code: held-out human code alone;
+    held_trunk: held-out trunk-written text alone)."""
 
     embed: np.ndarray
     vocab: np.ndarray
@@ -131,6 +132,7 @@ class TrainData:
     held: Crops
     held_code: Crops | None
     eval_shards: int | None = None
+    held_trunk: Crops | None = None
 
 
 def load_data(args, work: Path, eval_shards: int | None) -> TrainData:
@@ -142,6 +144,10 @@ def load_data(args, work: Path, eval_shards: int | None) -> TrainData:
     held_code = None
     if args.eval_code_batches and "code" in {str(x) for x in he.domain}:
         held_code = Crops(teacher.load(work / "teacher", True, domains={"code"}, n_shards=n_eval), args.seq)
+    held_trunk = None
+    if getattr(args, "eval_trunk_batches", 0) and set(teacher_text.TRUNK_DOMAINS) & {str(x) for x in he.domain}:
+        trunk = teacher.load(work / "teacher", True, domains=set(teacher_text.TRUNK_DOMAINS), n_shards=n_eval)
+        held_trunk = Crops(trunk, args.seq)
     return TrainData(
         embed=np.load(work / "embed.npy"),
         vocab=np.load(work / "vocab.npy").astype(np.int32),
@@ -149,6 +155,7 @@ def load_data(args, work: Path, eval_shards: int | None) -> TrainData:
         held=Crops(he, args.seq),
         held_code=held_code,
         eval_shards=n_eval,
+        held_trunk=held_trunk,
     )
 
 
@@ -215,13 +222,19 @@ def train(args, work: Path, log=print, data: TrainData | None = None) -> dict:
     if data.held_code is not None:
         code_rng = np.random.default_rng(args.seed + 2)
         code_batches = [data.held_code.batch(code_rng, args.batch, "cpu") for _ in range(args.eval_code_batches)]
+    # and held-out trunk-written text alone: what evaluate_head's trunk_written figure measures
+    trunk_batches = []
+    if data.held_trunk is not None:
+        trunk_rng = np.random.default_rng(args.seed + 3)
+        trunk_batches = [data.held_trunk.batch(trunk_rng, args.batch, "cpu") for _ in range(args.eval_trunk_batches)]
 
     def evaluate() -> dict:
         row = {"step": step, "seconds": round(seconds, 1)}
         row |= held_figures(head, W, vocab, eval_batches, args.chain, args.feed)
-        if code_batches:
-            figs = held_figures(head, W, vocab, code_batches, args.chain, args.feed)
-            row |= {"code_" + k: v for k, v in figs.items() if k.startswith(("held_agree", "held_chain"))}
+        for prefix, batches in (("code_", code_batches), ("trunk_", trunk_batches)):
+            if batches:
+                figs = held_figures(head, W, vocab, batches, args.chain, args.feed)
+                row |= {prefix + k: v for k, v in figs.items() if k.startswith(("held_agree", "held_chain"))}
         return row
 
     def save() -> None:
@@ -459,6 +472,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-batches", type=int, default=4)
     ap.add_argument("--eval-code-batches", type=int, default=0, help="held-out human-code batches also measured alone")
+    ap.add_argument(
+        "--eval-trunk-batches", type=int, default=0, help="held-out trunk-written batches also measured alone"
+    )
     ap.add_argument("--ckpt-every", type=int, default=25)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument(
