@@ -55,7 +55,9 @@ def prepare(args, work: Path, log=print) -> dict:
     from .head import gguf_weights
 
     figures = {}
-    teacher_path = default_model.resolve(None)
+    # the teacher's rows are the trunk's; an existing teacher/ folder was extracted with one
+    # file (its manifest names it), and the default model's file changes with its shipped head
+    teacher_path = args.teacher or default_model.resolve(None)
     text = work / "trunk-text.jsonl"
     with pymtp.load(n_ctx=2048) as session:
         m = session.model
@@ -424,6 +426,13 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--code-tokens", type=int, default=300_000, help="human code (stdlib) for training")
     ap.add_argument("--docs-tokens", type=int, default=150_000, help="human prose (package docs) for training")
+    ap.add_argument(
+        "--teacher",
+        type=Path,
+        default=None,
+        help="the model GGUF whose trunk extraction runs (default: the default model's); "
+        "more shards for an existing teacher/ folder need the file its manifest names",
+    )
     ap.add_argument("--top-k", type=int, default=32, help="the trunk's next tokens kept per position")
     ap.add_argument("--draft-vocab", type=int, default=4096, help="the loss's vocabulary: SpecConfig.draft_vocab's")
     ap.add_argument("--llama-threads", type=int, default=0)
