@@ -151,3 +151,16 @@ def test_the_curve_measures_held_out_code_and_trunk_text_each_alone(work):
             assert 0.0 <= float(r[prefix + "held_agree1"]) <= 1.0 and r[prefix + "held_chain3"]
     # without the flags the curve has neither group
     assert selfdistill.load_data(selfdistill.parser().parse_args(["--work", str(work)]), work, None).held_trunk is None
+
+
+def test_the_curve_batches_are_fixed_and_distinct(work):
+    args = selfdistill.parser().parse_args(
+        ["--work", str(work), *ARGS, "--eval-batches", "3", "--eval-trunk-batches", "2"]
+    )
+    data = selfdistill.load_data(args, work, None)
+    sets, again = selfdistill.held_batches(data, args), selfdistill.held_batches(data, args)
+    assert sorted(sets) == ["", "trunk_"] and len(sets[""]) == 3 and len(sets["trunk_"]) == 2
+    for name in sets:
+        assert all(torch.equal(x, y) for a, b in zip(sets[name], again[name]) for x, y in zip(a, b))  # seeded
+        hidden = [b[1] for b in sets[name]]
+        assert not torch.equal(hidden[0], hidden[1])  # one draw after another, not the same batch again

@@ -217,27 +217,10 @@ def train(args, work: Path, log=print, data: TrainData | None = None) -> dict:
         step, curve, seconds, cpu = st["step"], st["curve"], st["seconds"], st.get("cpu_seconds", 0.0)
         tokens_seen = st.get("tokens_seen", step * args.batch * args.seq)
         log(f"resumed at step {step}")
-    eval_rng = np.random.default_rng(args.seed + 1)
-    eval_batches = [held.batch(eval_rng, args.batch, "cpu") for _ in range(args.eval_batches)]
-    # held-out human code on its own as well: the domain that earlier runs lost
-    code_batches = []
-    if data.held_code is not None:
-        code_rng = np.random.default_rng(args.seed + 2)
-        code_batches = [data.held_code.batch(code_rng, args.batch, "cpu") for _ in range(args.eval_code_batches)]
-    # and held-out trunk-written text alone: what evaluate_head's trunk_written figure measures
-    trunk_batches = []
-    if data.held_trunk is not None:
-        trunk_rng = np.random.default_rng(args.seed + 3)
-        trunk_batches = [data.held_trunk.batch(trunk_rng, args.batch, "cpu") for _ in range(args.eval_trunk_batches)]
+    held_sets = held_batches(data, args)
 
     def evaluate() -> dict:
-        row = {"step": step, "seconds": round(seconds, 1)}
-        row |= held_figures(head, W, vocab, eval_batches, args.chain, args.feed)
-        for prefix, batches in (("code_", code_batches), ("trunk_", trunk_batches)):
-            if batches:
-                figs = held_figures(head, W, vocab, batches, args.chain, args.feed)
-                row |= {prefix + k: v for k, v in figs.items() if k.startswith(("held_agree", "held_chain"))}
-        return row
+        return {"step": step, "seconds": round(seconds, 1)} | held_set_figures(head, W, vocab, held_sets, args)
 
     def save() -> None:
         tmp = ckpt.with_suffix(".tmp")
@@ -361,6 +344,31 @@ def train_step(head, opt, sched, W, vocab, batch, chain: int, feed: str, *, bf16
     opt.step()
     sched.step()
     return loss, figs
+
+
+def held_batches(data: TrainData, args) -> dict[str, list]:
+    """The curve's fixed held-out batches (seeded by args.seed), by figure prefix: every
+    held-out domain (""), held-out human code alone ("code_"), held-out trunk text ("trunk_")."""
+    rng = np.random.default_rng(args.seed + 1)
+    out = {"": [data.held.batch(rng, args.batch, "cpu") for _ in range(args.eval_batches)]}
+    for prefix, crops, n, seed in (
+        ("code_", data.held_code, args.eval_code_batches, args.seed + 2),
+        ("trunk_", data.held_trunk, getattr(args, "eval_trunk_batches", 0), args.seed + 3),
+    ):
+        if crops is not None and n:
+            rng = np.random.default_rng(seed)
+            out[prefix] = [crops.batch(rng, args.batch, "cpu") for _ in range(n)]
+    return out
+
+
+def held_set_figures(head, W, vocab, sets: dict[str, list], args) -> dict:
+    """held_figures of each set: all of them for the whole split, agreement and chain
+    agreement for the single groups (prefixed)."""
+    row: dict = {}
+    for prefix, batches in sets.items():
+        figs = held_figures(head, W, vocab, batches, args.chain, args.feed)
+        row |= {prefix + k: v for k, v in figs.items() if not prefix or k.startswith(("held_agree", "held_chain"))}
+    return row
 
 
 def held_figures(head, W, vocab, batches: list, chain: int, feed: str) -> dict:
