@@ -76,3 +76,42 @@ def test_held_out_windows_and_code_prompts_spread_over_files(tiny):
     before = evaluate_head.prompts_for(tiny, None, 4)
     assert len(prompts) == len(before) == 4 and prompts != before  # 4 files, not one file's 4 windows
     assert all(len(p) == 64 for p in prompts)
+
+
+def test_a_wider_trunk_text_set_keeps_the_usual_one_apart(tiny, tmp_path):
+    """--per-domain-wide: the first per_domain held-out texts of a domain keep their domain
+    (trunk_written is the same set as without it); the next ones count under DOMAIN_more, and
+    trunk_written_wide adds them up."""
+    import json
+
+    toks = _toks(tiny)
+    text = tmp_path / "trunk-text.jsonl"
+    with open(text, "w") as f:
+        for dom in ("chat", "codegen"):
+            for i in range(6):
+                held, temp = i != 2, 0.7 if i == 4 else 0.0  # a training text and a sampled one: never measured
+                t = {"id": f"{dom}:{i}", "domain": dom, "held_out": held, "temperature": temp}
+                f.write(json.dumps(t | {"prompt": toks[: 10 + i], "completion": toks[10 + i : 40 + 5 * i]}) + "\n")
+    usual = evaluate_head.held_out_documents(tiny, text, per_domain=2, human_tokens=0)
+    wide = evaluate_head.held_out_documents(tiny, text, per_domain=2, human_tokens=0, per_domain_wide=4)
+    assert [d["id"] for d in usual] == ["chat:0", "chat:1", "codegen:0", "codegen:1"]
+    assert [(d["id"], d["domain"]) for d in wide if d["id"] not in {u["id"] for u in usual}] == [
+        ("chat:3", "chat_more"),
+        ("chat:5", "chat_more"),
+        ("codegen:3", "codegen_more"),
+        ("codegen:5", "codegen_more"),
+    ]
+
+    tf = evaluate_head.TeacherForced(tiny, np.arange(tiny.n_vocab))
+    for d in wide:
+        tf.add(d["domain"], d["tokens"], d["first"])
+    tf.close()
+    fig = tf.figures()
+    n = {k: fig[k]["positions"] for k in fig}
+    assert n["trunk_written"] == n["chat"] + n["codegen"] == n["all"]  # the usual figures: the usual set
+    assert n["trunk_written_wide"] == n["trunk_written"] + n["chat_more"] + n["codegen_more"]
+    assert n["chat_wide"] == n["chat"] + n["chat_more"] and n["chat_more"] == (55 - 13 + 1) + (
+        65 - 15 + 1
+    )  # x(first) onwards, texts 3 and 5
+    agree = round((fig["chat"]["accept"] * n["chat"] + fig["chat_more"]["accept"] * n["chat_more"]) / n["chat_wide"], 3)
+    assert round(fig["chat_wide"]["accept"], 3) == agree

@@ -4,6 +4,7 @@ curve and record are written, and the head file reads back."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -47,7 +48,9 @@ def work(tmp_path_factory):
         buf["hidden"] = [buf["hidden"][0][a:b] for a, b in zip([0, 40, 65], [40, 65, 125])]
         buf["ids"] = [buf["ids"][0][a:b] for a, b in zip([0, 40, 65], [40, 65, 125])]
         buf["logp"] = [buf["logp"][0][a:b] for a, b in zip([0, 40, 65], [40, 65, 125])]
-        meta = [{"id": f"{held}:{i}", "domain": "code", "held_out": held, "first": 1} for i in range(3)]
+        # held out: human code and two trunk-written domains (the curve measures each group alone)
+        domains = ("code", "chat", "codegen") if held else ("code",) * 3
+        meta = [{"id": f"{held}:{i}", "domain": domains[i], "held_out": held, "first": 1} for i in range(3)]
         teacher._write_shard(out, man, buf, meta, 1.0)
     return w
 
@@ -124,3 +127,40 @@ def test_a_checkpoint_exports_the_head_it_holds(work, capsys):
     # the run itself goes on from its checkpoint
     selfdistill.main(["--work", str(work), "--run", "export-mid", *ARGS])
     assert "resumed at step 2" in capsys.readouterr().out
+
+
+def test_the_curve_measures_held_out_code_and_trunk_text_each_alone(work):
+    args = selfdistill.parser().parse_args(
+        ["--work", str(work), *ARGS, "--eval-code-batches", "1", "--eval-trunk-batches", "1"]
+    )
+    data = selfdistill.load_data(args, work, None)
+    assert {str(x) for x in data.held.d.domain} == {"code", "chat", "codegen"}
+    assert {str(x) for x in data.held_code.d.domain} == {"code"}
+    assert {str(x) for x in data.held_trunk.d.domain} == {"chat", "codegen"}
+    assert data.held_trunk.d.n_tokens == 25 + 60  # the held-out shard's second and third documents
+
+    selfdistill.main(
+        ["--work", str(work), "--run", "groups", *ARGS, "--eval-code-batches", "1", "--eval-trunk-batches", "1"]
+    )
+    head = work / "groups" / selfdistill.HEAD_FILE
+    rows = list(csv.DictReader(head.with_suffix(".loss.csv").open()))
+    held = [r for r in rows if r["held_agree1"]]
+    assert [int(r["step"]) for r in held] == [0, 2, 3]
+    for r in held:
+        for prefix in ("code_", "trunk_"):
+            assert 0.0 <= float(r[prefix + "held_agree1"]) <= 1.0 and r[prefix + "held_chain3"]
+    # without the flags the curve has neither group
+    assert selfdistill.load_data(selfdistill.parser().parse_args(["--work", str(work)]), work, None).held_trunk is None
+
+
+def test_the_curve_batches_are_fixed_and_distinct(work):
+    args = selfdistill.parser().parse_args(
+        ["--work", str(work), *ARGS, "--eval-batches", "3", "--eval-trunk-batches", "2"]
+    )
+    data = selfdistill.load_data(args, work, None)
+    sets, again = selfdistill.held_batches(data, args), selfdistill.held_batches(data, args)
+    assert sorted(sets) == ["", "trunk_"] and len(sets[""]) == 3 and len(sets["trunk_"]) == 2
+    for name in sets:
+        assert all(torch.equal(x, y) for a, b in zip(sets[name], again[name]) for x, y in zip(a, b))  # seeded
+        hidden = [b[1] for b in sets[name]]
+        assert not torch.equal(hidden[0], hidden[1])  # one draw after another, not the same batch again

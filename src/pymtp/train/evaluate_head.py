@@ -40,7 +40,10 @@ from . import teacher_text
 
 WINDOW = teacher_text.WINDOW
 QWEN = dict(temperature=0.7, top_p=0.8, top_k=20)
-TRUNK_DOMAINS = ("chat", "prose", "codegen")
+TRUNK_DOMAINS = teacher_text.TRUNK_DOMAINS
+# held-out trunk texts past the first --per-domain of a domain (--per-domain-wide) count under
+# DOMAIN + MORE, so that the usual figure stays the same set while a larger one is reported too
+MORE = "_more"
 
 
 def assemble(head: Path) -> Path:
@@ -109,7 +112,15 @@ class TeacherForced:
             }
 
         out = {d: fig(c) for d, c in sorted(self.counts.items())}
-        groups = {"trunk_written": TRUNK_DOMAINS, "human_code": ("code",), "all": tuple(self.counts)}
+        wide = tuple(d for d in self.counts if d.endswith(MORE))
+        groups = {
+            "trunk_written": TRUNK_DOMAINS,
+            "human_code": ("code",),
+            "all": tuple(d for d in self.counts if d not in wide),
+        }
+        if wide:  # the larger held-out trunk-written set (--per-domain-wide): the figures above and the rest
+            groups["trunk_written_wide"] = TRUNK_DOMAINS + wide
+            groups |= {dom + "_wide": (dom, dom + MORE) for dom in TRUNK_DOMAINS}
         for g, doms in groups.items():
             out[g] = fig(sum((self.counts[d] for d in doms if d in self.counts), np.zeros(4, np.int64)))
         return out
@@ -154,13 +165,17 @@ def speculative(
 
 
 def held_out_documents(
-    model, text: Path | None, *, per_domain: int, human_tokens: int, per_file: int = 0
+    model, text: Path | None, *, per_domain: int, human_tokens: int, per_file: int = 0, per_domain_wide: int = 0
 ) -> list[dict]:
+    """Held-out trunk texts (the first per_domain of each domain; with per_domain_wide, the
+    texts after them up to that many too, their domain marked with MORE) and human windows."""
     docs = []
     if text is not None and text.exists():
         gen = [d for d in teacher_text.trunk_documents(text) if d["held_out"] and d["temperature"] == 0.0]
         for dom in TRUNK_DOMAINS:
-            docs += [d for d in gen if d["domain"] == dom][:per_domain]
+            mine = [d for d in gen if d["domain"] == dom]
+            docs += mine[:per_domain]
+            docs += [d | {"domain": dom + MORE} for d in mine[per_domain:per_domain_wide]]
     human = teacher_text.human_documents(
         model,
         code_tokens=10 * human_tokens,
@@ -213,6 +228,7 @@ def evaluate(
     per_domain: int = 20,
     human_tokens: int = 10_000,
     per_file: int = 0,
+    per_domain_wide: int = 0,
     n_prompts: int = 8,
     max_tokens: int = 64,
     draft_vocab: int = 4096,
@@ -227,7 +243,14 @@ def evaluate(
     first = next(iter(sessions.values())).model
     vocab = frequent_tokens(first, draft_vocab).astype(np.int64)
     alt = corpus_vocab(work, first, draft_vocab) if work is not None else None
-    docs = held_out_documents(first, text, per_domain=per_domain, human_tokens=human_tokens, per_file=per_file)
+    docs = held_out_documents(
+        first,
+        text,
+        per_domain=per_domain,
+        human_tokens=human_tokens,
+        per_file=per_file,
+        per_domain_wide=per_domain_wide,
+    )
     prompts = prompts_for(first, text, n_prompts, per_file=min(per_file, 1))
     log(f"{len(docs)} held-out documents, {len(prompts)} prompts, heads: {', '.join(heads)}")
     out: dict[str, dict[str, Any]] = {name: {"head": str(h)} for name, h in heads.items()}
@@ -268,6 +291,13 @@ def main(argv=None) -> None:
     )
     ap.add_argument("--text", type=Path, default=None, help="trunk-text.jsonl (default: selfdistill's, in the cache)")
     ap.add_argument("--per-domain", type=int, default=12, help="held-out trunk texts per domain")
+    ap.add_argument(
+        "--per-domain-wide",
+        type=int,
+        default=0,
+        help="also report trunk_written_wide: the first this many held-out trunk texts per domain "
+        "(the --per-domain ones included; the figures of the others count under DOMAIN_more)",
+    )
     ap.add_argument("--human-tokens", type=int, default=40_000, help="held-out human tokens per domain (at most)")
     ap.add_argument(
         "--windows-per-file",
@@ -297,6 +327,7 @@ def main(argv=None) -> None:
         per_domain=args.per_domain,
         human_tokens=args.human_tokens,
         per_file=args.windows_per_file,
+        per_domain_wide=args.per_domain_wide,
         n_prompts=args.prompts,
         max_tokens=args.max_tokens,
         draft_vocab=args.draft_vocab,

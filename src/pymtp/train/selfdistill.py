@@ -55,7 +55,9 @@ def prepare(args, work: Path, log=print) -> dict:
     from .head import gguf_weights
 
     figures = {}
-    teacher_path = default_model.resolve(None)
+    # the teacher's rows are the trunk's; an existing teacher/ folder was extracted with one
+    # file (its manifest names it), and the default model's file changes with its shipped head
+    teacher_path = args.teacher or default_model.resolve(None)
     text = work / "trunk-text.jsonl"
     with pymtp.load(n_ctx=2048) as session:
         m = session.model
@@ -123,7 +125,8 @@ def _generated_tokens(path: Path) -> int:
 @dataclass
 class TrainData:
     """What a training run reads: the tied output matrix (numpy), the draft vocabulary, and
-    crops of the training and held-out documents (held_code: held-out human code alone)."""
+    crops of the training and held-out documents (held_code: held-out human code alone;
+    held_trunk: held-out trunk-written text alone)."""
 
     embed: np.ndarray
     vocab: np.ndarray
@@ -131,6 +134,7 @@ class TrainData:
     held: Crops
     held_code: Crops | None
     eval_shards: int | None = None
+    held_trunk: Crops | None = None
 
 
 def load_data(args, work: Path, eval_shards: int | None) -> TrainData:
@@ -142,6 +146,10 @@ def load_data(args, work: Path, eval_shards: int | None) -> TrainData:
     held_code = None
     if args.eval_code_batches and "code" in {str(x) for x in he.domain}:
         held_code = Crops(teacher.load(work / "teacher", True, domains={"code"}, n_shards=n_eval), args.seq)
+    held_trunk = None
+    if getattr(args, "eval_trunk_batches", 0) and set(teacher_text.TRUNK_DOMAINS) & {str(x) for x in he.domain}:
+        trunk = teacher.load(work / "teacher", True, domains=set(teacher_text.TRUNK_DOMAINS), n_shards=n_eval)
+        held_trunk = Crops(trunk, args.seq)
     return TrainData(
         embed=np.load(work / "embed.npy"),
         vocab=np.load(work / "vocab.npy").astype(np.int32),
@@ -149,6 +157,7 @@ def load_data(args, work: Path, eval_shards: int | None) -> TrainData:
         held=Crops(he, args.seq),
         held_code=held_code,
         eval_shards=n_eval,
+        held_trunk=held_trunk,
     )
 
 
@@ -208,21 +217,10 @@ def train(args, work: Path, log=print, data: TrainData | None = None) -> dict:
         step, curve, seconds, cpu = st["step"], st["curve"], st["seconds"], st.get("cpu_seconds", 0.0)
         tokens_seen = st.get("tokens_seen", step * args.batch * args.seq)
         log(f"resumed at step {step}")
-    eval_rng = np.random.default_rng(args.seed + 1)
-    eval_batches = [held.batch(eval_rng, args.batch, "cpu") for _ in range(args.eval_batches)]
-    # held-out human code on its own as well: the domain that earlier runs lost
-    code_batches = []
-    if data.held_code is not None:
-        code_rng = np.random.default_rng(args.seed + 2)
-        code_batches = [data.held_code.batch(code_rng, args.batch, "cpu") for _ in range(args.eval_code_batches)]
+    held_sets = held_batches(data, args)
 
     def evaluate() -> dict:
-        row = {"step": step, "seconds": round(seconds, 1)}
-        row |= held_figures(head, W, vocab, eval_batches, args.chain, args.feed)
-        if code_batches:
-            figs = held_figures(head, W, vocab, code_batches, args.chain, args.feed)
-            row |= {"code_" + k: v for k, v in figs.items() if k.startswith(("held_agree", "held_chain"))}
-        return row
+        return {"step": step, "seconds": round(seconds, 1)} | held_set_figures(head, W, vocab, held_sets, args)
 
     def save() -> None:
         tmp = ckpt.with_suffix(".tmp")
@@ -348,6 +346,31 @@ def train_step(head, opt, sched, W, vocab, batch, chain: int, feed: str, *, bf16
     return loss, figs
 
 
+def held_batches(data: TrainData, args) -> dict[str, list]:
+    """The curve's fixed held-out batches (seeded by args.seed), by figure prefix: every
+    held-out domain (""), held-out human code alone ("code_"), held-out trunk text ("trunk_")."""
+    rng = np.random.default_rng(args.seed + 1)
+    out = {"": [data.held.batch(rng, args.batch, "cpu") for _ in range(args.eval_batches)]}
+    for prefix, crops, n, seed in (
+        ("code_", data.held_code, args.eval_code_batches, args.seed + 2),
+        ("trunk_", data.held_trunk, getattr(args, "eval_trunk_batches", 0), args.seed + 3),
+    ):
+        if crops is not None and n:
+            rng = np.random.default_rng(seed)
+            out[prefix] = [crops.batch(rng, args.batch, "cpu") for _ in range(n)]
+    return out
+
+
+def held_set_figures(head, W, vocab, sets: dict[str, list], args) -> dict:
+    """held_figures of each set: all of them for the whole split, agreement and chain
+    agreement for the single groups (prefixed)."""
+    row: dict = {}
+    for prefix, batches in sets.items():
+        figs = held_figures(head, W, vocab, batches, args.chain, args.feed)
+        row |= {prefix + k: v for k, v in figs.items() if not prefix or k.startswith(("held_agree", "held_chain"))}
+    return row
+
+
 def held_figures(head, W, vocab, batches: list, chain: int, feed: str) -> dict:
     """Held-out KL, agreement and chain agreement per step over fixed batches, in float32
     (whatever precision training runs in), so runs compare on the same figures."""
@@ -411,6 +434,13 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--code-tokens", type=int, default=300_000, help="human code (stdlib) for training")
     ap.add_argument("--docs-tokens", type=int, default=150_000, help="human prose (package docs) for training")
+    ap.add_argument(
+        "--teacher",
+        type=Path,
+        default=None,
+        help="the model GGUF whose trunk extraction runs (default: the default model's); "
+        "more shards for an existing teacher/ folder need the file its manifest names",
+    )
     ap.add_argument("--top-k", type=int, default=32, help="the trunk's next tokens kept per position")
     ap.add_argument("--draft-vocab", type=int, default=4096, help="the loss's vocabulary: SpecConfig.draft_vocab's")
     ap.add_argument("--llama-threads", type=int, default=0)
@@ -459,6 +489,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-batches", type=int, default=4)
     ap.add_argument("--eval-code-batches", type=int, default=0, help="held-out human-code batches also measured alone")
+    ap.add_argument(
+        "--eval-trunk-batches", type=int, default=0, help="held-out trunk-written batches also measured alone"
+    )
     ap.add_argument("--ckpt-every", type=int, default=25)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument(

@@ -30,6 +30,7 @@ from typing import Any
 
 from . import corpus, data
 
+TRUNK_DOMAINS = ("chat", "prose", "codegen")  # the trunk-written domains; "code" / "docs" are human
 WINDOW = 512  # tokens of one document at most (one prefill)
 SAMPLED = dict(temperature=0.7, top_p=0.9)
 
