@@ -211,12 +211,19 @@ class CostModel:
         head decode per draft position, shared by the texts that reach it, priced as a lone
         draft's part there (first, or next) for the first of them and draft_share of it for each
         other."""
+        lone, extra = self._batch_draft_parts(decodes, mode)
+        return lone + self.draft_share(mode) * extra
+
+    def _batch_draft_parts(self, decodes: list[int], mode: str) -> tuple[float, float]:
+        """(lone, extra): the lone draft's parts at every position some text reaches, and the
+        same parts counted once more for each further text that reaches the position."""
         first, nxt = self.draft_parts(mode)
-        share = self.draft_share(mode)
-        return sum(
-            (nxt if j else first) * (1.0 + share * (sum(n > j for n in decodes) - 1))
-            for j in range(max(decodes, default=0))
-        )
+        lone = extra = 0.0
+        for j in range(max(decodes, default=0)):
+            part = nxt if j else first
+            lone += part
+            extra += part * (sum(n > j for n in decodes) - 1)
+        return lone, extra
 
     def observe_batch_draft(self, decodes: list[int], seconds: float, mode: str = "greedy") -> None:
         """A Batch's drafting phase took these seconds, text i making decodes[i] head decodes
@@ -234,12 +241,7 @@ class CostModel:
         if self.draft_timings(mode) < 2.0:
             self.observe_draft(sum(decodes), seconds, mode, calls=max(decodes))
             return
-        first, nxt = self.draft_parts(mode)
-        lone = extra = 0.0
-        for j in range(max(decodes)):
-            part = nxt if j else first
-            lone += part
-            extra += part * (sum(n > j for n in decodes) - 1)
+        lone, extra = self._batch_draft_parts(decodes, mode)
         if extra > 0:
             x = (seconds - lone) / extra
             self._observe(("draft_share", mode), DRAFT_SHARE_PRIOR, 0.0, min(1.0, max(0.0, x)))

@@ -477,14 +477,15 @@ def observe_batch_draft(costs: CostModel, decodes: list[tuple[int, object]], sec
     drafting = [(n, p) for n, p in decodes if n]
     if not drafting:
         return
+    counts = [n for n, _ in drafting]
     catching = [p for _, p in drafting if getattr(p, "catching_up", False)]
     if not catching:
-        costs.observe_batch_draft([n for n, _ in drafting], seconds, mode)
+        costs.observe_batch_draft(counts, seconds, mode)
         return
     p = catching[0]
     if len(catching) == 1 and isinstance(p, AutoPolicy) and p._missed and p._drafted_once:
         if costs.draft_timings(mode) >= 1:
-            tokens = costs.batch_draft_seconds([n for n, _ in drafting], mode)
+            tokens = costs.batch_draft_seconds(counts, mode)
             costs.observe_catch_up(min(p._missed, CATCH_UP_KEEP), max(0.0, seconds - tokens), mode)
 
 

@@ -143,13 +143,16 @@ def load_data(args, work: Path, eval_shards: int | None) -> TrainData:
     them) leave the curve comparable along the run."""
     n_eval = eval_shards or len(json.loads((work / "teacher" / teacher.MANIFEST).read_text())["shards"])
     tr, he = teacher.load(work / "teacher", False), teacher.load(work / "teacher", True, n_shards=n_eval)
-    held_code = None
-    if args.eval_code_batches and "code" in {str(x) for x in he.domain}:
-        held_code = Crops(teacher.load(work / "teacher", True, domains={"code"}, n_shards=n_eval), args.seq)
-    held_trunk = None
-    if getattr(args, "eval_trunk_batches", 0) and set(teacher_text.TRUNK_DOMAINS) & {str(x) for x in he.domain}:
-        trunk = teacher.load(work / "teacher", True, domains=set(teacher_text.TRUNK_DOMAINS), n_shards=n_eval)
-        held_trunk = Crops(trunk, args.seq)
+    held_domains = {str(x) for x in he.domain}
+
+    def held_alone(domains: set[str], n_batches: int) -> Crops | None:
+        """The held-out shards of these domains alone (None unless measured and present)."""
+        if not n_batches or not domains & held_domains:
+            return None
+        return Crops(teacher.load(work / "teacher", True, domains=domains, n_shards=n_eval), args.seq)
+
+    held_code = held_alone({"code"}, args.eval_code_batches)
+    held_trunk = held_alone(set(teacher_text.TRUNK_DOMAINS), args.eval_trunk_batches)
     return TrainData(
         embed=np.load(work / "embed.npy"),
         vocab=np.load(work / "vocab.npy").astype(np.int32),
@@ -353,7 +356,7 @@ def held_batches(data: TrainData, args) -> dict[str, list]:
     out = {"": [data.held.batch(rng, args.batch, "cpu") for _ in range(args.eval_batches)]}
     for prefix, crops, n, seed in (
         ("code_", data.held_code, args.eval_code_batches, args.seed + 2),
-        ("trunk_", data.held_trunk, getattr(args, "eval_trunk_batches", 0), args.seed + 3),
+        ("trunk_", data.held_trunk, args.eval_trunk_batches, args.seed + 3),
     ):
         if crops is not None and n:
             rng = np.random.default_rng(seed)
