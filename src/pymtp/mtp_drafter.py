@@ -32,7 +32,9 @@ together).
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +47,14 @@ from .errors import UnsupportedError
 from .model import DraftContext
 from .rollback import KVTrim
 from .sampling import Q_IN_SLOTS, Sampler
+
+#: What configure() last did to each draft context's vocabulary: the context (the shared one behind a
+#: view), then (the size asked, the ids the context held after setting and probing it). A Session
+#: makes a new drafter each time a generation switches between plain and speculative decoding (the
+#: bench does at every run); the new one takes this result instead of setting the vocabulary and
+#: probing the graph again (3.7 ms on the ~1.5B echo fixture, tools/bench_anatomy.py). The ids
+#: are compared by identity: set_vocab() replaces the array, so a change since shows.
+_VOCAB_SET: weakref.WeakKeyDictionary[Any, tuple[int, np.ndarray]] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -131,17 +141,27 @@ class MTPDrafter(Drafter):
         if n == self._vocab_asked:
             return
         self._vocab_asked = n
+        trimmed = bool(n) and not self.chained
+        done = _VOCAB_SET.get(self.ctx.ctx)
+        if trimmed and done is not None and done[0] == n and done[1] is self.ctx.vocab_ids:
+            self.vocab_size = self.ctx.vocab_size  # set (or refused) for a drafter before this one
+            return
         self.ctx.set_vocab([])
         self.vocab_size = 0
-        if n and not self.chained:
-            try:
-                self.ctx.set_vocab(frequent_tokens(self.ctx.model, n))
-            except UnsupportedError:
-                return
-            if self._probe():
-                self.vocab_size = self.ctx.vocab_size
-            else:
-                self.ctx.set_vocab([])
+        if trimmed:
+            self._set_vocab(n)
+            _VOCAB_SET[self.ctx.ctx] = (n, self.ctx.vocab_ids)
+
+    def _set_vocab(self, n: int) -> None:
+        """Trim the draft vocabulary to the n most frequent tokens where the graph serves it."""
+        try:
+            self.ctx.set_vocab(frequent_tokens(self.ctx.model, n))
+        except UnsupportedError:
+            return
+        if self._probe():
+            self.vocab_size = self.ctx.vocab_size
+        else:
+            self.ctx.set_vocab([])
 
     def _probe(self) -> bool:
         """Whether this model's MTP graph serves a trimmed vocabulary: one decode at the first
