@@ -14,7 +14,7 @@ Run it under /work/tools/bench-quiet (it prints speeds). The bench's tok/s is to
   the head the prompt's queue and meets the first verify of its row count);
 * ``rest``: tokenizing, TextOutput, detokenizing (the region less everything above).
 
-Native calls inside step 1 and inside the speculator are keyed (``decode trunk x4``,
+Native calls inside the speculator, start() and step 1 are keyed (``decode trunk x4``,
 ``decode head x65``, ``draft_set_vocab``, ``state_get``...), as profile_spec_step.py does.
 """
 
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     st = from_temperature(0.0)
 
     _wrap_method(session_mod.Session, "speculator", "speculator", zone="speculator")
-    _wrap_method(spec_mod.MTPSpeculator, "start", "start")
+    _wrap_method(spec_mod.MTPSpeculator, "start", "start", zone="start")
     _wrap_step()
     runs: list[dict[str, Any]] = []
     t_load = time.perf_counter()
@@ -199,7 +199,7 @@ def _print(runs: list[dict[str, Any]], variants: list[Any]) -> None:
             + f"  | {r['n_steps']} steps, later steps median {ms(statistics.median(later)) if later else '-'}"
         )
     timed = [r for r in runs if r["repeat"] >= 0]
-    print("\nnative calls inside the speculator() call and step 1 (ms per timed run, means):")
+    print("\nnative calls inside speculator(), start() and step 1 (ms per timed run, means):")
     for v in variants:
         rs = [r for r in timed if r["variant"] == v.name]
         if not rs:
