@@ -14,10 +14,15 @@ run() {  # run TAG SRC ROUND POS
     --no-llama-cpp --no-plot --no-profile --out "$dir" > "$dir.log" 2>&1
   $py - "$dir/bench.json" "$1" "$3" "$4" <<'PY'
 import json, sys
+import statistics
 b = json.load(open(sys.argv[1]))
-row = {r["variant"]: r for r in b["summary"]}
+row = {r["variant"]: r for r in b["summary"] if r["prompts"] == "all"}
 p, m = row["plain"]["tps_median"], row["mtp-3"]["tps_median"]
-print(f"round {sys.argv[3]} pos {sys.argv[4]} {sys.argv[2]:6s} plain {p:5.1f} mtp-3 {m:5.1f} ratio {m / p:.3f}", flush=True)
+# prefill included: the whole generate() call (computed from the runs: older trees lack tps_wall)
+wall = {v: statistics.median(r["n_tokens"] / r["wall_s"] for r in b["runs"] if r["variant"] == v and not r["warmup"])
+        for v in ("plain", "mtp-3")}
+print(f"round {sys.argv[3]} pos {sys.argv[4]} {sys.argv[2]:6s} plain {p:5.1f} mtp-3 {m:5.1f} ratio {m / p:.3f}"
+      f"  prefill included {wall['mtp-3'] / wall['plain']:.3f}", flush=True)
 PY
 }
 for r in $(seq 1 "$rounds"); do
