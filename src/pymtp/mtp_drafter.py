@@ -32,7 +32,9 @@ together).
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +48,14 @@ from .model import DraftContext
 from .rollback import KVTrim
 from .sampling import Q_IN_SLOTS, Sampler
 
+#: What configure() last did to each draft context's vocabulary: the context (the shared one behind a
+#: view), then (the size asked, the ids the context held after setting and probing it). A Session
+#: makes a new drafter each time a generation switches between plain and speculative decoding (the
+#: bench does at every run); the new one takes this result instead of setting the vocabulary and
+#: probing the graph again (3.7 ms on the ~1.5B echo fixture, tools/bench_anatomy.py). The ids
+#: are compared by identity: set_vocab() replaces the array, so a change since shows.
+_VOCAB_SET: weakref.WeakKeyDictionary[Any, tuple[int, np.ndarray]] = weakref.WeakKeyDictionary()
+
 
 @dataclass
 class HeadState:
@@ -57,6 +67,7 @@ class HeadState:
     pending: np.ndarray | None
     shift: int = 0  # positions skipped (a closed gap): the head's position = the target's - shift
     gap_at: int | None = None  # the first skipped position (below it the positions are the target's)
+    end_row: tuple[int, np.ndarray] | None = None  # MTPDrafter.keep_row_at: a prompt's end and its row
 
 
 def draft_all(drafters: list[Drafter | None], requests: list[DraftRequest]) -> list[Draft]:
@@ -106,6 +117,9 @@ class MTPDrafter(Drafter):
         self._shift = 0  # positions skipped so far: the head's KV holds position p at p - shift
         self._gap_at: int | None = None  # the first position skipped (None: none)
         self._step_run = 0  # queued tokens at the queue's end that plain steps handed off
+        # (position p, the target's hidden row of p - 1) at the end of the last prompt: a later
+        # prompt that keeps exactly p positions hands the head this row (keep_row_at)
+        self._end_row: tuple[int, np.ndarray] | None = None
         self.skipped = 0  # tokens the head was never fed (a count, for stats and tests)
         self._own = np.zeros((self.n_heads + 17, self.n_embd), dtype=np.float32)  # head's own rows
         self._vocab_asked = 0
@@ -131,17 +145,27 @@ class MTPDrafter(Drafter):
         if n == self._vocab_asked:
             return
         self._vocab_asked = n
+        trimmed = bool(n) and not self.chained
+        done = _VOCAB_SET.get(self.ctx.ctx)
+        if trimmed and done is not None and done[0] == n and done[1] is self.ctx.vocab_ids:
+            self.vocab_size = self.ctx.vocab_size  # set (or refused) for a drafter before this one
+            return
         self.ctx.set_vocab([])
         self.vocab_size = 0
-        if n and not self.chained:
-            try:
-                self.ctx.set_vocab(frequent_tokens(self.ctx.model, n))
-            except UnsupportedError:
-                return
-            if self._probe():
-                self.vocab_size = self.ctx.vocab_size
-            else:
-                self.ctx.set_vocab([])
+        if trimmed:
+            self._set_vocab(n)
+            _VOCAB_SET[self.ctx.ctx] = (n, self.ctx.vocab_ids)
+
+    def _set_vocab(self, n: int) -> None:
+        """Trim the draft vocabulary to the n most frequent tokens where the graph serves it."""
+        try:
+            self.ctx.set_vocab(frequent_tokens(self.ctx.model, n))
+        except UnsupportedError:
+            return
+        if self._probe():
+            self.vocab_size = self.ctx.vocab_size
+        else:
+            self.ctx.set_vocab([])
 
     def _probe(self) -> bool:
         """Whether this model's MTP graph serves a trimmed vocabulary: one decode at the first
@@ -168,11 +192,23 @@ class MTPDrafter(Drafter):
         self._has_pending = False
         self._kv_end = 0
         self._shift, self._gap_at, self._step_run = 0, None, 0
+        self._end_row = None
+
+    def keep_row_at(self, pos: int) -> None:
+        """The text's prompt ends at pos: remember the pending row (the target's row of pos - 1,
+        which pairs with the token at pos). A later prompt that keeps exactly pos positions (the
+        same prompt again: a retry, another sample, the bench's repeats) then hands it to the head
+        instead of having the target decode pos - 1 again (one trunk decode a start: 27-32 ms on
+        the ~1.5B echo fixture, tools/bench_anatomy.py)."""
+        n = len(self._feed)
+        ok = self._has_pending and self._gap_at is None and self._kv_end + n == pos
+        self._end_row = (pos, self._rows[n].copy()) if ok else None
 
     def truncate(self, n_keep: int) -> int:
         """Keep at most the first n_keep positions of the draft KV; returns how many it kept
         (positions queued but not yet fed are fed first when the cut keeps them). The next
-        observe() must start at position kept - 1, whose hidden row pairs with the token at kept."""
+        observe() must start at position kept - 1, whose hidden row pairs with the token at kept
+        (unless row_before_cut is False: a cut at a prompt's end, whose row keep_row_at kept)."""
         if n_keep > self._kv_end and self._feed:
             self._flush(skip=False)  # queued by plain steps (k = 0 drafts nothing): keep them too
         kept = min(n_keep, self._kv_end)
@@ -200,6 +236,13 @@ class MTPDrafter(Drafter):
         self._feed.clear()
         self._step_run = 0
         self._has_pending = False
+        end, self._end_row = self._end_row, None
+        if end is not None and gap is None and kept >= end[0]:
+            self._end_row = end  # the text before the prompt's end is kept: its row still holds
+            if kept == end[0] and self.row_before_cut:
+                self._rows[0] = end[1]  # the pending row, as the prompt's prefill left it
+                self._has_pending = True
+                self.row_before_cut = False
         return kept
 
     def save(self) -> HeadState:
@@ -207,7 +250,7 @@ class MTPDrafter(Drafter):
         would feed it anyway)."""
         self._flush(skip=False)
         pending = self._rows[0].copy() if self._has_pending else None
-        return HeadState(self.ctx.get_state(), self._kv_end, pending, self._shift, self._gap_at)
+        return HeadState(self.ctx.get_state(), self._kv_end, pending, self._shift, self._gap_at, self._end_row)
 
     def load(self, saved: HeadState) -> None:  # type: ignore[override]  # what its own save() gave
         if self.n_heads > 1:
@@ -216,6 +259,7 @@ class MTPDrafter(Drafter):
         self._feed.clear()
         self._kv_end = saved.kv_end
         self._shift, self._gap_at, self._step_run = saved.shift, saved.gap_at, 0
+        self._end_row = saved.end_row
         self._has_pending = saved.pending is not None
         if self._has_pending:
             self._rows[0] = saved.pending

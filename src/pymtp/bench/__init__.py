@@ -25,7 +25,11 @@ Throughput (``tps``) is generated tokens over decode wall time, prompt excluded:
 for pymtp the wall time of ``generate()`` minus its prefill (so detokenizing and
 streaming are included), for llama-speculative-simple its own "decoded N tokens
 in X seconds" (the whole draft/verify loop), for llama-completion its eval plus
-sampling time. Each summary row is the median over prompts x repeats.
+sampling time. Each summary row is the median over prompts x repeats. pymtp's runs
+also get ``tps_wall`` (tokens over the whole generate() call, prefill included) and
+their rows ``vs_plain_wall``: the prefill is where a variant's own start work would hide
+from ``tps`` (an MTP start used to re-decode the cached prompt's last position to hand
+the head its row, one trunk decode a generation that plain decoding does not make).
 
 Output: ``bench.json`` (settings, machine, every raw run, the summary and the
 Python-overhead profile), ``bench.png`` (needs matplotlib: ``pip install

@@ -334,6 +334,13 @@ def _report(result: dict[str, Any], args: argparse.Namespace, out: Path) -> int:
     jpath = out / "bench.json"
     jpath.write_text(json.dumps(result, indent=1, default=str))
     print(format_table(result["summary"], kinds=("all",) if args.prompts != "both" else ("all", "code", "prose")))
+    walls = [
+        r for r in result["summary"] if r["prompts"] == "all" and r["variant"] != "plain" and r.get("vs_plain_wall")
+    ]
+    if walls:
+        print("\nprefill included (whole generate() calls; x plain, medians):")
+        for r in walls:
+            print(f"  {r['model'][:34]}  {r.get('sampling')}  {r['variant']}: {r['vs_plain_wall']:.2f}x plain")
     autos = [r for r in result["summary"] if r.get("vs_best_fixed") is not None]
     if autos:
         print("\nauto against plain and the best fixed draft length of this run (medians):")

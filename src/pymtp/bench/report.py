@@ -37,6 +37,10 @@ def summarize(
     vmap = {v.name: v for v in variants}
     costs = {(c["model"], c["sampling"], c["variant"]): c for c in step_costs or ()}
     med = {key: _median([r["tps"] for r in rs]) for key, rs in groups.items()}
+    # prefill included (pymtp's runs): the ratio of whole generate() calls
+    med_wall = {
+        key: _median([r["tps_wall"] for r in rs]) for key, rs in groups.items() if all("tps_wall" in r for r in rs)
+    }
     rows = []
     for key in sorted(groups, key=lambda k: (k[0], settings_order[k[1]], k[2] != "all", k[2], order.get(k[3], 99))):
         model, samp, kind, name = key
@@ -60,6 +64,10 @@ def summarize(
         }
         plain = med.get((model, samp, kind, "plain"))
         row["vs_plain"] = row["tps_median"] / plain if plain else None
+        if key in med_wall:
+            row["tps_wall_median"] = med_wall[key]
+            plain_wall = med_wall.get((model, samp, kind, "plain"))
+            row["vs_plain_wall"] = med_wall[key] / plain_wall if plain_wall else None
         if v is not None and v.policy == "auto":
             # auto against the best fixed draft length of the same run (targets: >= 0.97 of both)
             fixed = {

@@ -82,6 +82,9 @@ def run_pymtp(
         "t_prefill": st.t_prefill,
         "t_decode": t_dec,
         "tps": n / t_dec,
+        # the whole call, prefill included: what a caller of generate() waits for (tps leaves out
+        # the prefill, where a variant's own start work may hide: see the package docstring)
+        "tps_wall": n / max(wall, 1e-9),
         "tps_steps": st.tokens_per_second,
         "n_steps": st.n_steps,
         "n_drafted": st.n_drafted,
