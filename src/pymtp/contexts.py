@@ -408,6 +408,7 @@ class DraftContext(_Context):
         self.target = target
         self.vocab_size = 0  # a trimmed vocabulary's size (set_vocab); 0: all tokens
         self.vocab_ids = np.zeros(0, dtype=np.int64)  # and its token ids
+        self.vocab_asked = 0  # the size a drafter asked when it last trimmed (and probed) it
         target._drafts.add(self)
 
     def decode(
@@ -495,6 +496,7 @@ class DraftContext(_Context):
             check(lib.pymtp_draft_set_vocab(self._handle(), ffi.from_buffer("int32_t[]", arr), arr.size))
         self.vocab_size = int(arr.size)
         self.vocab_ids = ids
+        self.vocab_asked = 0  # a drafter that trims it says so after its probe
 
     def set_head(self, head: int) -> None:
         """Choose which MTP block runs next (chained heads, e.g. step35)."""
