@@ -74,8 +74,16 @@ def run_variant(name: str, processes: int, tokens: int, window: int = 16):
         real = est_mod.Acceptance.rates
 
         def rates(self, prior=None):
-            p = truth["profile"]
-            return list(p[: len(self.reached)]) if p is not None and self.prior != 1.0 else real(self, prior)
+            p, est = truth["profile"], real(self, prior)
+            if p is None or self.prior == 1.0:
+                return est
+            if "oracle-first" in name:  # the first position's rate known, the later ones estimated
+                return [p[0]] + est[1:]
+            if "oracle-shape" in name:  # each later position: the first one's estimate x the true ratio
+                return [est[0]] + [min(1.0, est[0] * p[j] / p[0]) for j in range(1, len(est))]
+            if "oracle-later" in name:
+                return [est[0]] + list(p[1 : len(est)])
+            return list(p[: len(self.reached)])
 
         patches.append(Patch(est_mod.Acceptance, rates=rates))
     if "reach-decay" in name:

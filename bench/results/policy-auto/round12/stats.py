@@ -94,6 +94,28 @@ def main() -> None:
 
             lo, hi = interval(pairs, diff, args.boot, rng)
             print(f"{'':22s} p12 - main, x L*: {diff(pairs):+.3f} [{lo:+.3f} {hi:+.3f}]")
+    pooled(cells, args.boot, rng)
+
+
+def pooled(cells, boot: int, rng: random.Random) -> None:
+    """p12 - main over several cells at once: the mean over cells of the difference of their
+    "x L*" medians, the rounds resampled together (a round ran every cell of both sides)."""
+    groups = {
+        "echo-70 code+prose": [k for k in cells if k[0] == "echo-70" and k[2] != "all"],
+        "deep code+prose": [k for k in cells if k[0] == "deep" and k[2] != "all"],
+    }
+    groups["all 8 code+prose"] = groups["echo-70 code+prose"] + groups["deep code+prose"]
+    for name, keys in groups.items():
+        n = min(len(cells[k][s]) for k in keys for s in ("main", "p12"))
+
+        def stat(rounds):
+            return statistics.mean(
+                estimates([cells[k]["p12"][r] for r in rounds])[1] - estimates([cells[k]["main"][r] for r in rounds])[1]
+                for k in keys
+            )
+
+        lo, hi = interval(list(range(n)), stat, boot, rng)
+        print(f"pooled p12 - main, x L*, {name}: {stat(list(range(n))):+.3f} [{lo:+.3f} {hi:+.3f}]")
 
 
 if __name__ == "__main__":
