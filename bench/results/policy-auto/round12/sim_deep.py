@@ -94,6 +94,30 @@ def run_variant(name: str, processes: int, tokens: int, window: int = 16):
             self.accepted = [x * d + weight * (i < n_passed) if i < n_reached else x for i, x in enumerate(self.accepted)]
 
         patches.append(Patch(est_mod.Acceptance, count=count))
+    if "pos-prior" in name:
+        # per-position priors: a later position's pseudo-count is at its long-run rate on this
+        # model (all generations of the process, undecayed), not at the rate of the position before
+        m = float(name.split("pos-prior-")[1].split("+")[0]) if "pos-prior-" in name else 1.0
+        real_count, long = est_mod.Acceptance.count, truth.setdefault("long", {})
+
+        def count(self, n_reached, n_passed, weight=1.0):
+            real_count(self, n_reached, n_passed, weight)
+            if self.prior != 1.0:
+                r, a = long.setdefault("r", [0.0] * 4), long.setdefault("a", [0.0] * 4)
+                for i in range(min(n_reached, 4)):
+                    r[i] += weight
+                    a[i] += weight * (i < n_passed)
+
+        def rates(self, prior=None):
+            out, prev = [], self.prior if prior is None else prior
+            r, a = long.get("r", [0.0] * 4), long.get("a", [0.0] * 4)
+            for j, (acc, reached) in enumerate(zip(self.accepted, self.reached)):
+                p0 = (a[j] + prev) / (r[j] + 1.0) if j and r[j] > 0 else prev
+                prev = (acc + m * p0) / (reached + m)
+                out.append(prev)
+            return out
+
+        patches.append(Patch(est_mod.Acceptance, count=count, rates=rates))
     if "cap" in name:
         # a running mean (no decay) until a position's count reaches the window, decayed after
         def count(self, n_reached, n_passed, weight=1.0):
@@ -116,6 +140,7 @@ def run_variant(name: str, processes: int, tokens: int, window: int = 16):
         for seed in range(processes):
             costs = CostModel({n: t * MS for n, t in ROWS.items()}, DRAFT[1] * MS)
             key = sp.Key()
+            truth.setdefault("long", {}).clear()  # (a new process: no long-run rates yet)
             for i, kind in enumerate(ORDER):
                 truth["profile"] = PROFILES[kind]
                 cfg = SpecConfig(policy="auto", n_draft=4, adaptive_window=window)

@@ -11,7 +11,7 @@ resampled with replacement, auto and the fixed lengths of a run kept together):
 * L* of run: mtp-L* / max(mtp-1..4 of the same run): what the first estimator gives a policy
   that is exactly the best fixed length (its bias: the max of 4 noisy medians sits above any one).
 
-    python stats.py [../round11/logs] [--boot 4000]
+    python stats.py [../round11/logs] [--boot 4000] [--sides main,p12]
 """
 
 from __future__ import annotations
@@ -67,8 +67,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("root", nargs="?", default=str(Path(__file__).parent.parent / "round11" / "logs"))
     ap.add_argument("--boot", type=int, default=4000)
+    ap.add_argument("--sides", default="main,p12", help="the base side and the change's, as the logs name them")
     args = ap.parse_args()
     cells = load(Path(args.root))
+    base, change = args.sides.split(",")
     rng = random.Random(12)
     print(
         f"{'cell':22s} {'side':4s} {'n':>2s} {'L*':>5s}  {'x best of run [95%]':>20s}  "
@@ -85,7 +87,7 @@ def main() -> None:
         if len(sides) == 2:
             # the two sides' runs paired by round (same machine state, alternating): the difference
             # of their "of L*" medians, resampling rounds
-            a, b = sides["main"], sides["p12"]
+            a, b = sides[base], sides[change]
             n = min(len(a), len(b))
             pairs = list(zip(a[:n], b[:n]))
 
@@ -93,11 +95,11 @@ def main() -> None:
                 return estimates([p[1] for p in ps])[1] - estimates([p[0] for p in ps])[1]
 
             lo, hi = interval(pairs, diff, args.boot, rng)
-            print(f"{'':22s} p12 - main, x L*: {diff(pairs):+.3f} [{lo:+.3f} {hi:+.3f}]")
-    pooled(cells, args.boot, rng)
+            print(f"{'':22s} {change} - {base}, x L*: {diff(pairs):+.3f} [{lo:+.3f} {hi:+.3f}]")
+    pooled(cells, args.boot, rng, base, change)
 
 
-def pooled(cells, boot: int, rng: random.Random) -> None:
+def pooled(cells, boot: int, rng: random.Random, base: str, change: str) -> None:
     """p12 - main over several cells at once: the mean over cells of the difference of their
     "x L*" medians, the rounds resampled together (a round ran every cell of both sides)."""
     groups = {
@@ -106,16 +108,16 @@ def pooled(cells, boot: int, rng: random.Random) -> None:
     }
     groups["all 8 code+prose"] = groups["echo-70 code+prose"] + groups["deep code+prose"]
     for name, keys in groups.items():
-        n = min(len(cells[k][s]) for k in keys for s in ("main", "p12"))
+        n = min(len(cells[k][s]) for k in keys for s in (base, change))
 
         def stat(rounds):
             return statistics.mean(
-                estimates([cells[k]["p12"][r] for r in rounds])[1] - estimates([cells[k]["main"][r] for r in rounds])[1]
+                estimates([cells[k][change][r] for r in rounds])[1] - estimates([cells[k][base][r] for r in rounds])[1]
                 for k in keys
             )
 
         lo, hi = interval(list(range(n)), stat, boot, rng)
-        print(f"pooled p12 - main, x L*, {name}: {stat(list(range(n))):+.3f} [{lo:+.3f} {hi:+.3f}]")
+        print(f"pooled {change} - {base}, x L*, {name}: {stat(list(range(n))):+.3f} [{lo:+.3f} {hi:+.3f}]")
 
 
 if __name__ == "__main__":
