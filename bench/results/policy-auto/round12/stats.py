@@ -9,7 +9,10 @@ resampled with replacement, auto and the fixed lengths of a run kept together):
 * of L*:  auto / mtp-L* of the same run, L* the one length best over all runs of the cell
   (median of x plain), chosen again in each resample (the choice is part of the estimate);
 * L* of run: mtp-L* / max(mtp-1..4 of the same run): what the first estimator gives a policy
-  that is exactly the best fixed length (its bias: the max of 4 noisy medians sits above any one).
+  that is exactly the best fixed length (its bias: the max of 4 noisy medians sits above any one);
+  its median is 1 wherever L* wins most runs, so its mean over the runs is printed too.
+Then, where a cell has both sides, the change's "x L*" minus main's (the runs paired by round),
+and the same pooled over the echo-70 and the deep cells.
 
     python stats.py [../round11/logs] [--boot 4000] [--sides main,p12]
 """
@@ -74,7 +77,7 @@ def main() -> None:
     rng = random.Random(12)
     print(
         f"{'cell':22s} {'side':4s} {'n':>2s} {'L*':>5s}  {'x best of run [95%]':>20s}  "
-        f"{'x L* [95%]':>20s}  {'L* x best of run [95%]':>22s}  {'main-p12 paired':>6s}"
+        f"{'x L* [95%]':>20s}  {'L* x best of run [95%]':>22s}  (its mean)"
     )
     for key in sorted(cells):
         sides = cells[key]
@@ -83,7 +86,9 @@ def main() -> None:
             e = estimates(runs)
             cis = [interval(runs, lambda rs, i=i: estimates(rs)[i], args.boot, rng) for i in range(3)]
             cols = "  ".join(f"{v:.3f} [{lo:.3f} {hi:.3f}]" for v, (lo, hi) in zip(e, cis))
-            print(f"{' '.join(key):22s} {side:4s} {len(runs):2d} {best_length(runs):>5s}  {cols}")
+            star = best_length(runs)
+            mean_bias = statistics.mean(r[star] / max(r[k] for k in fixed(r)) for r in runs)
+            print(f"{' '.join(key):22s} {side:4s} {len(runs):2d} {star:>5s}  {cols}  {mean_bias:.3f}")
         if len(sides) == 2:
             # the two sides' runs paired by round (same machine state, alternating): the difference
             # of their "of L*" medians, resampling rounds
