@@ -9,7 +9,7 @@ per-generation ratios is biased toward auto by Jensen's inequality). Processes r
 code, prose (the estimates carried), as a `pymtp bench` run orders them; the same seeds for
 every variant (common random numbers).
 
-    PYTHONPATH=src python sim_deep.py [--processes 300] [--variants main,oracle,...]
+    PYTHONPATH=src python sim_deep.py [--processes 300] [--variants main,oracle,...] [--rates]
 
 Variants: main; oracle (the acceptance estimates replaced by the true conditional rates);
 no-stretch (no k + 1 drafts); oracle+no-stretch; hold-off; window-N (adaptive_window N).
@@ -156,12 +156,38 @@ def run_variant(name: str, processes: int, tokens: int, window: int = 16):
             p.__exit__()
 
 
+def mean_rates(processes: int, tokens: int) -> None:
+    """The acceptance estimates auto drafts by, per generation of a process (mean over its steps)."""
+    seen: dict[int, list[list[float]]] = {}
+    for seed in range(processes):
+        costs = CostModel({n: t * MS for n, t in ROWS.items()}, DRAFT[1] * MS)
+        key = sp.Key()
+        for i, kind in enumerate(ORDER):
+            pol = AutoPolicy(SpecConfig(policy="auto", n_draft=4), 4, model=key, costs=costs)
+            choose = pol.next_length
+
+            def next_length(*a, _choose=choose, _pol=pol, _i=i, **kw):
+                k = _choose(*a, **kw)
+                seen.setdefault(_i, []).append(list(_pol.last_rates))
+                return k
+
+            pol.next_length = next_length
+            sp.gen(random.Random(seed * 31 + i), PROFILES[kind], tokens, policy=pol)
+    for i, kind in enumerate(ORDER):
+        est = [statistics.mean(r[j] for r in seen[i]) for j in range(4)]
+        print(f"generation {i} ({kind}): estimated " + " ".join(f"{x:.2f}" for x in est) + f"  true {PROFILES[kind]}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--processes", type=int, default=300)
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--variants", default="main,oracle,no-stretch,oracle+no-stretch,hold-off,window-32,window-64")
+    ap.add_argument("--rates", action="store_true", help="print the estimates auto drafts by, and stop")
     args = ap.parse_args()
+    if args.rates:
+        mean_rates(args.processes, args.tokens)
+        return
     fixed = fixed_means(args.tokens)
     best = {kind: min(v.values()) for kind, v in fixed.items()}
     for kind, v in fixed.items():
