@@ -112,7 +112,11 @@ def pooled(cells, boot: int, rng: random.Random, base: str, change: str) -> None
         "deep code+prose": [k for k in cells if k[0] == "deep" and k[2] != "all"],
     }
     groups["all 8 code+prose"] = groups["echo-70 code+prose"] + groups["deep code+prose"]
+    groups["default code+prose"] = [k for k in cells if k[0] == "default" and k[2] != "all"]
     for name, keys in groups.items():
+        keys = [k for k in keys if base in cells[k] and change in cells[k]]
+        if not keys:
+            continue
         n = min(len(cells[k][s]) for k in keys for s in (base, change))
 
         def stat(rounds):
