@@ -155,7 +155,7 @@ class AutoPolicy:
         self.cutting = True  # whether the drafts are under the confidence cut (or all drafted)
         self._retime = 0  # a draft length to draft again, to time it without the head's catch-up
         self._retiming = False
-        self._stretch_run = 0  # steps since the last draft of one token more than the best
+        self._stretch: tuple | None = None  # this step's k + 1 draft, to judge (_judge_stretch)
         self._free_run = 0  # drafts under the cut since the last one without it
         self._pos = 0
         self._rows_before = 0
@@ -259,6 +259,7 @@ class AutoPolicy:
             k = 0
         self._held = k
         probe = self._retiming = stretch = False
+        self._stretch = None
         if k == 0 and self._retime and self.may_probe:
             # The last step drafted after plain steps: its draft time held the head's catch-up on
             # the tokens it missed, no measure of a draft token. Draft once more to time one.
@@ -291,13 +292,17 @@ class AutoPolicy:
             # While a draft of k wins, a draft of k + 1 now and then (backing off) times a
             # verify of one more row beside those of k: where the calibration made that row too
             # dear (a burst of load), the longer draft would otherwise stay out for good.
-            # (every PROBE_FIRST steps until those rows were timed STRETCH_SEEN times, then
-            # every PROBE_MAX)
-            self._stretch_run += 1
+            # (every PROBE_MAX steps once those rows were timed STRETCH_SEEN times; before, at a
+            # gap that doubles after each that still lost (_judge_stretch): every PROBE_FIRST
+            # steps they cost 2-3% on echo-70, where the calibration was right)
+            clock = self.probes
+            clock.stretch_run += 1
             seen = self.costs.seen(self._rows_before + k + 2) >= STRETCH_SEEN
-            if self._stretch_run >= (PROBE_MAX if seen else PROBE_FIRST):
+            if clock.stretch_run >= (PROBE_MAX if seen else clock.stretch_gap):
                 # (without the cut: the acceptance of every token stays current too)
-                k, self._stretch_run, stretch = k + 1, 0, True
+                rows = self._rows_before + k + 2
+                self._stretch = (k + 1, gain[k + 1], cost[k + 1], self.costs.verify(rows, n_past), tps[k])
+                k, clock.stretch_run, stretch = k + 1, 0, True
         if k and not (probe or stretch) and self.cutting and self.config.p_min == 0.0:
             # While drafts go under the cut, one without it now and then (backing off as for the
             # k + 1 drafts), so that the acceptance of the tokens the cut drops is known: where it
@@ -401,6 +406,8 @@ class AutoPolicy:
                 self.kept.count(min(would + 1, n_drafted), would)
             if would:
                 self.acceptance.update(would, min(n_accepted, would), weight)
+        if self._stretch is not None:
+            self._judge_stretch(n_drafted, t_verify)
         if decodes:
             if self.catching_up and self.costs.draft_timings(self.mode) < RETIME_UNTIL:
                 self._retime = decodes
@@ -424,6 +431,23 @@ class AutoPolicy:
         self._drafted_last = decodes > 0
         self._missed = 0 if decodes else self._missed + n_accepted + 1
         self.asked = 0
+
+    def _judge_stretch(self, n_drafted: int, t_verify: float) -> None:
+        """After a draft one token longer than the best (its length n, expected tokens and
+        seconds, its verify's predicted seconds, the best length's rate): had the verify been
+        predicted at the seconds it took, would n have earned more than the best? Then the next
+        comes PROBE_FIRST steps later (the calibration was wrong: a few timings correct it); else
+        after twice the last gap, up to PROBE_MAX. (In a Batch the verify is the step's: texts
+        that chose later add rows, which errs towards backing off.)"""
+        n, gain, cost, predicted, best_tps = self._stretch
+        self._stretch = None
+        if n_drafted != n or t_verify <= 0.0:  # (a short draft or an untimed verify: no verdict)
+            return
+        clock = self.probes
+        if gain / max(1e-12, cost + t_verify - predicted) > best_tps:
+            clock.stretch_gap = PROBE_FIRST
+        else:
+            clock.stretch_gap = min(PROBE_MAX, 2 * clock.stretch_gap)
 
     @property
     def catching_up(self) -> bool:
