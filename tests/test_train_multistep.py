@@ -133,9 +133,9 @@ def test_loss_is_zero_only_when_the_head_matches_the_teacher():
     q = torch.softmax(g @ Wsub.T, -1)
     top = q.topk(6, -1)
     col, p = top.indices, top.values
-    kl, agree = multistep.step_loss(g, Wsub, col, p, torch.ones(3, dtype=torch.bool), col[:, 0])
+    kl, agree, _ = multistep.step_loss(g, Wsub, col, p, torch.ones(3, dtype=torch.bool), col[:, 0])
     assert abs(float(kl)) < 1e-5 and agree.all()
-    kl2, _ = multistep.step_loss(g.flip(0), Wsub, col, p, torch.ones(3, dtype=torch.bool), col[:, 0])
+    kl2, _, _ = multistep.step_loss(g.flip(0), Wsub, col, p, torch.ones(3, dtype=torch.bool), col[:, 0])
     assert float(kl2) > 0.01
 
 
@@ -161,3 +161,56 @@ def test_chain_loss_weights_steps_and_masks_the_crop_end():
     # feed="draft" runs the head's own argmax in
     loss_d, _ = multistep.chain_loss(head, W, vocab, toks, hid, ids, logp, mask, 3, feed="draft")
     assert torch.isfinite(loss_d)
+
+
+def test_the_top1_term_is_the_cross_entropy_and_pushes_toward_the_argmax():
+    """Identity output matrix: g is the logits. The hard term is -log q(top-1) over rows whose
+    top-1 is in the vocabulary; its gradient raises the top-1 logit and lowers the others more
+    than the KL alone does."""
+    Wsub = torch.eye(5)
+    g = torch.tensor([[2.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 3.0], [1.0, 0.0, 0.0, 0.0, 0.0]], requires_grad=True)
+    col = torch.tensor([[1, 0, 2], [4, 3, 0], [0, 1, 2]])
+    p = torch.tensor([[0.4, 0.35, 0.25], [0.5, 0.3, 0.2], [0.6, 0.3, 0.1]])
+    valid = torch.tensor([True, True, False])  # the third row is masked
+    top1 = torch.tensor([1, -1, 0])  # the second row's top-1 lies outside the vocabulary
+    kl, agree, ce = multistep.step_loss(g, Wsub, col, p, valid, top1)
+    assert agree.tolist() == [False, False, True]
+    # only the first row has a top-1 term
+    assert torch.allclose(ce, -torch.log_softmax(g[0], -1)[1])
+    (gk,) = torch.autograd.grad(kl, g, retain_graph=True)
+    (gh,) = torch.autograd.grad(kl + 2.0 * ce, g)
+    assert gh[0, 1] < gk[0, 1] < 0  # the trunk's argmax is pushed up harder
+    assert (gh[0, [0, 2, 3, 4]] > gk[0, [0, 2, 3, 4]]).all()  # every other logit down harder
+    assert torch.equal(gh[1:], gk[1:])  # rows without a top-1 term: the KL's gradient alone
+    # a few steps on the combined loss turn the head's argmax to the trunk's; the KL alone,
+    # at the same rate and steps, does not get there (its target is 0.4 against 0.35)
+    for w, turned in ((0.0, False), (2.0, True)):
+        z = g.detach()[:1].clone().requires_grad_(True)
+        for _ in range(3):
+            k, _, c = multistep.step_loss(z, Wsub, col[:1], p[:1], valid[:1], top1[:1])
+            (d,) = torch.autograd.grad(k + w * c, z)
+            z = (z - 0.5 * d).detach().requires_grad_(True)
+        assert (int(z.argmax()) == 1) == turned
+
+
+def test_chain_loss_adds_the_weighted_top1_term():
+    torch.manual_seed(0)
+    cfg = HeadConfig(n_vocab=50, n_embd=32, n_head=4, n_head_kv=2, n_ff_exp=16, n_expert_shared=1)
+    head = NextNHead(cfg)
+    W = torch.randn(50, 32)
+    vocab = multistep.DraftVocab(torch.arange(0, 50, 2), 50)
+    B, L, K = 2, 12, 4
+    toks = torch.randint(0, 50, (B, L))
+    hid = torch.randn(B, L, 32)
+    ids = torch.randint(0, 50, (B, L, K))
+    logp = torch.log_softmax(torch.randn(B, L, K), -1)
+    mask = torch.ones(B, L, dtype=torch.bool)
+    soft, figs = multistep.chain_loss(head, W, vocab, toks, hid, ids, logp, mask, 3)
+    hard, figs_h = multistep.chain_loss(head, W, vocab, toks, hid, ids, logp, mask, 3, hard_weight=0.5)
+    w = np.array([1, 0.6, 0.36])
+    kl, ce = np.array([f["kl"] for f in figs]), np.array([f["ce"] for f in figs])
+    assert (ce > 0).all() and float(hard.detach()) > float(soft.detach())
+    assert abs(float(hard.detach()) - float((w * (kl + 0.5 * ce)).sum() / w.sum())) < 1e-5
+    assert [f["agree"] for f in figs] == [f["agree"] for f in figs_h]
+    with pytest.raises(ValueError, match="hard-target weight"):
+        multistep.chain_loss(head, W, vocab, toks, hid, ids, logp, mask, 3, hard_weight=-1.0)

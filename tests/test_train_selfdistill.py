@@ -164,3 +164,13 @@ def test_the_curve_batches_are_fixed_and_distinct(work):
         assert all(torch.equal(x, y) for a, b in zip(sets[name], again[name]) for x, y in zip(a, b))  # seeded
         hidden = [b[1] for b in sets[name]]
         assert not torch.equal(hidden[0], hidden[1])  # one draw after another, not the same batch again
+
+
+def test_a_hard_weight_changes_the_run_and_is_recorded(work):
+    """--hard-weight adds the top-1 term: the same run with it ends with another head."""
+    selfdistill.main(["--work", str(work), "--run", "hard-0", *ARGS])
+    selfdistill.main(["--work", str(work), "--run", "hard-2", *ARGS, "--hard-weight", "2"])
+    a, b = _state(work / "hard-0" / selfdistill.HEAD_FILE), _state(work / "hard-2" / selfdistill.HEAD_FILE)
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    rec = json.loads((work / "hard-2" / selfdistill.HEAD_FILE).with_suffix(".train.json").read_text())
+    assert rec["args"]["hard_weight"] == 2.0

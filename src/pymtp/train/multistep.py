@@ -19,6 +19,9 @@ steps 1..k-1 were accepted, the only case in which step k's draft can be accepte
 Loss: KL(trunk || head) at each step, the trunk's distribution being its stored top-k at
 position p+k renormalised over the draft vocabulary, the head's a softmax over that same
 vocabulary (``pymtp.draft_vocab``: the tokens drafting scores); steps weighted 0.6^(k-1).
+Optionally (``hard_weight`` > 0) plus a cross-entropy term on the trunk's top-1: greedy
+acceptance at draft length 1 is the head's argmax agreeing with the trunk's, which the soft
+KL weighs no more than its share of the trunk's mass.
 """
 
 from __future__ import annotations
@@ -163,14 +166,19 @@ def teacher_targets(vocab: DraftVocab, topk_ids: torch.Tensor, topk_logp: torch.
 def step_loss(
     g: torch.Tensor, Wsub: torch.Tensor, col: torch.Tensor, p: torch.Tensor, valid: torch.Tensor, top1_col: torch.Tensor
 ):
-    """(mean KL over valid rows, agreement rows) of one step: g (N, E) head rows, the
-    teacher's columns / probabilities (N, k), its top-1 column (-1 outside the vocabulary)."""
+    """(mean KL over valid rows, agreement rows, mean cross-entropy to the teacher's top-1)
+    of one step: g (N, E) head rows, the teacher's columns / probabilities (N, k), its top-1
+    column (-1 outside the vocabulary; such rows have no top-1 term)."""
     logq = torch.log_softmax(g @ Wsub.T, dim=-1)
     lq = logq.gather(-1, col)
     kl = (p * (torch.log(p.clamp_min(1e-12)) - lq)).sum(-1)
     n = valid.sum().clamp_min(1)
     agree = logq.detach().argmax(-1) == top1_col
-    return (kl * valid).sum() / n, agree
+    # greedy acceptance is an argmax match: -log q(trunk's argmax), beside the soft KL
+    has_top1 = valid & (top1_col >= 0)
+    ce = -logq.gather(-1, top1_col.clamp_min(0)[:, None]).squeeze(-1)
+    ce = (ce * has_top1).sum() / has_top1.sum().clamp_min(1)
+    return (kl * valid).sum() / n, agree, ce
 
 
 def chain_loss(
@@ -188,11 +196,16 @@ def chain_loss(
     decay: float = STEP_DECAY,
     target_temperature: float = 1.0,
     seg: torch.Tensor | None = None,
+    hard_weight: float = 0.0,
 ):
-    """The weighted loss over steps and, per step, (KL, agreement, chain agreement, rows):
+    """The weighted loss over steps and, per step, (KL, agreement, chain agreement, rows, CE):
     agreement is the head's argmax equal to the trunk's top-1 at that step; chain agreement,
     at steps 1..k all (what P(first k accepted) is, teacher-forced). seg: packed rows'
-    documents (chain_forward); a step's target in another document than its origin is masked."""
+    documents (chain_forward); a step's target in another document than its origin is masked.
+    hard_weight: each step's loss is KL + hard_weight x the cross-entropy to the trunk's
+    top-1 (0: the soft KL alone)."""
+    if not hard_weight >= 0:
+        raise ValueError(f"the hard-target weight must be >= 0, got {hard_weight}")
     Wsub = W[vocab.ids]
     outs = chain_forward(head, W, tokens, hidden, n_steps, feed=feed, vocab_ids=vocab.ids, seg=seg)
     T = tokens.shape[1] - 1
@@ -208,7 +221,7 @@ def chain_loss(
         col, p, valid = teacher_targets(vocab, ids, logp, target_temperature)
         top1 = vocab.col[ids[..., 0]]
         valid = valid & ok
-        kl, agree = step_loss(
+        kl, agree, ce = step_loss(
             g.reshape(-1, g.shape[-1]),
             Wsub,
             col.reshape(-1, col.shape[-1]),
@@ -219,12 +232,13 @@ def chain_loss(
         agree = agree.reshape(valid.shape) & valid
         chain = chain & agree
         w = decay ** (k - 1)
-        total = total + w * kl
+        total = total + w * (kl + hard_weight * ce if hard_weight else kl)
         wsum += w
         n = valid.sum()
         figures.append(
             {
                 "kl": float(kl.detach()),
+                "ce": float(ce.detach()),
                 "agree": float(agree.sum() / n.clamp_min(1)),
                 "chain": float(chain.sum() / n.clamp_min(1)),
                 "rows": int(n),

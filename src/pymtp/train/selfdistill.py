@@ -264,6 +264,7 @@ def train(args, work: Path, log=print, data: TrainData | None = None) -> dict:
             args.feed,
             bf16=args.bf16,
             target_temperature=args.target_temp,
+            hard_weight=args.hard_weight,
         )
         step += 1
         tokens_seen += int(batch[4].sum())  # positions holding text (packed rows: nearly all)
@@ -272,6 +273,7 @@ def train(args, work: Path, log=print, data: TrainData | None = None) -> dict:
         if step % 10 == 0:
             row = {"step": step, "seconds": round(seconds, 1), "train_loss": round(float(loss.detach()), 5)}
             row |= {f"train_agree{k + 1}": round(f["agree"], 4) for k, f in enumerate(figs)}
+            row["train_ce1"] = round(figs[0]["ce"], 4)
             curve.append(row)
             log(_fmt(row))
         done = step == args.steps or progress(step) >= 1.0
@@ -317,9 +319,23 @@ def export_checkpoint(run: Path, out: Path | None = None) -> Path:
     return out
 
 
-def train_step(head, opt, sched, W, vocab, batch, chain: int, feed: str, *, bf16: bool, target_temperature: float):
+def train_step(
+    head,
+    opt,
+    sched,
+    W,
+    vocab,
+    batch,
+    chain: int,
+    feed: str,
+    *,
+    bf16: bool,
+    target_temperature: float,
+    hard_weight: float = 0.0,
+):
     """One optimiser step on a batch of crops: the chain loss (under bfloat16 autocast when
-    bf16), gradients clipped to norm 1, the schedule advanced. Returns (loss, per-step figures)."""
+    bf16; hard_weight: chain_loss's top-1 term), gradients clipped to norm 1, the schedule
+    advanced. Returns (loss, per-step figures)."""
     import torch
 
     from .multistep import chain_loss
@@ -340,6 +356,7 @@ def train_step(head, opt, sched, W, vocab, batch, chain: int, feed: str, *, bf16
             feed=feed,
             target_temperature=target_temperature,
             seg=seg,
+            hard_weight=hard_weight,
         )
     opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -482,6 +499,12 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         default=1.0,
         help="the trunk's top-k log-probs divided by this before renormalising (< 1: sharper, toward its argmax)",
+    )
+    ap.add_argument(
+        "--hard-weight",
+        type=float,
+        default=0.0,
+        help="add this weight x the cross-entropy to the trunk's top-1 to each step's KL (0: KL alone)",
     )
     ap.add_argument(
         "--export-checkpoint",
