@@ -168,7 +168,9 @@ def test_the_top1_term_is_the_cross_entropy_and_pushes_toward_the_argmax():
     top-1 is in the vocabulary; its gradient raises the top-1 logit and lowers the others more
     than the KL alone does."""
     Wsub = torch.eye(5)
-    g = torch.tensor([[2.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 3.0], [1.0, 0.0, 0.0, 0.0, 0.0]], requires_grad=True)
+    g = torch.tensor(
+        [[2.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 3.0], [1.0, 0.0, 0.0, 0.0, 0.0]], requires_grad=True
+    )
     col = torch.tensor([[1, 0, 2], [4, 3, 0], [0, 1, 2]])
     p = torch.tensor([[0.4, 0.35, 0.25], [0.5, 0.3, 0.2], [0.6, 0.3, 0.1]])
     valid = torch.tensor([True, True, False])  # the third row is masked

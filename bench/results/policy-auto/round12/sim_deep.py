@@ -39,7 +39,10 @@ ORDER = ("code", "prose", "code", "prose")
 
 def fixed_means(tokens: int, n: int = 4000) -> dict[str, dict[int, float]]:
     return {
-        kind: {k: statistics.mean(sp.gen(random.Random(10**6 + r), prof, tokens, k_fixed=k) for r in range(n)) for k in range(1, 5)}
+        kind: {
+            k: statistics.mean(sp.gen(random.Random(10**6 + r), prof, tokens, k_fixed=k) for r in range(n))
+            for k in range(1, 5)
+        }
         for kind, prof in PROFILES.items()
     }
 
@@ -91,7 +94,9 @@ def run_variant(name: str, processes: int, tokens: int, window: int = 16):
         def count(self, n_reached, n_passed, weight=1.0):
             d = self._decay
             self.reached = [x * d + weight if i < n_reached else x for i, x in enumerate(self.reached)]
-            self.accepted = [x * d + weight * (i < n_passed) if i < n_reached else x for i, x in enumerate(self.accepted)]
+            self.accepted = [
+                x * d + weight * (i < n_passed) if i < n_reached else x for i, x in enumerate(self.accepted)
+            ]
 
         patches.append(Patch(est_mod.Acceptance, count=count))
     if "pos-prior" in name:
@@ -121,7 +126,7 @@ def run_variant(name: str, processes: int, tokens: int, window: int = 16):
     if "cap" in name:
         # a running mean (no decay) until a position's count reaches the window, decayed after
         def count(self, n_reached, n_passed, weight=1.0):
-            d, cap = self._decay, 1.0 / (1.0 - self._decay)
+            cap = 1.0 / (1.0 - self._decay)
             for i in range(len(self.reached)):
                 if i >= n_reached:
                     continue  # (unreached: kept)
@@ -199,7 +204,8 @@ def main() -> None:
         xs = {kind: best[kind] * n_gen / total[kind] for kind in total}
         per_gen = [best[kind] * args.processes / t for kind, t in zip(ORDER, by_gen)]
         hist = "  ".join(
-            f"{kind} k " + "/".join(f"{ks[kind].get(k, 0) / sum(ks[kind].values()):.2f}" for k in range(5)) for kind in ks
+            f"{kind} k " + "/".join(f"{ks[kind].get(k, 0) / sum(ks[kind].values()):.2f}" for k in range(5))
+            for kind in ks
         )
         print(
             f"{name:24s} code {xs['code']:.3f} prose {xs['prose']:.3f}  by generation "

@@ -40,7 +40,9 @@ def load(root: Path) -> dict[tuple, dict[str, list[dict[str, float]]]]:
         for m in map(ROW.match, log.read_text().splitlines()):
             if m:
                 key = (workload(m.group(1)), m.group(2), m.group(3))
-                cells.setdefault(key, {}).setdefault(side, {}).setdefault(int(rnd[1:]), {})[m.group(4)] = float(m.group(5))
+                cells.setdefault(key, {}).setdefault(side, {}).setdefault(int(rnd[1:]), {})[m.group(4)] = float(
+                    m.group(5)
+                )
     return {k: {s: [runs[r] for r in sorted(runs)] for s, runs in v.items()} for k, v in cells.items()}
 
 
@@ -119,7 +121,7 @@ def pooled(cells, boot: int, rng: random.Random, base: str, change: str) -> None
             continue
         n = min(len(cells[k][s]) for k in keys for s in (base, change))
 
-        def stat(rounds):
+        def stat(rounds, keys=keys):
             return statistics.mean(
                 estimates([cells[k][change][r] for r in rounds])[1] - estimates([cells[k][base][r] for r in rounds])[1]
                 for k in keys
