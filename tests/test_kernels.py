@@ -246,3 +246,42 @@ def test_rows_of_a_batch_equal_rows_decoded_alone(quantized, ftype, prefix):
             batch = ctx.logits()[:n]
             for i in range(n):
                 np.testing.assert_array_equal(batch[i], alone[i], err_msg=f"row {i} of a {n}-row decode")
+
+
+def test_repacked_q6_K_rows_of_a_prefill_equal_the_rows_alone(tmp_path):
+    """Repacked Q6_K (block_q6_Kx8, patch 0008 on x86): every product goes through the
+    small-batch kernel, a prefill in groups of 8 rows, on activations quantized one row at a
+    time; so the rows of an 11-row decode (a group of 8 and one of 3) equal the rows decoded
+    alone, and agree with float64."""
+    path, embd, wdeq = _matmul_model(tmp_path / "mm-Q6_K-wide.gguf", QT.Q6_K, 0, 1024)
+    toks = [3, 77, 150, 201, 255, 12, 99, 180, 41, 230, 7]
+    x = embd[toks].astype(np.float64)
+    want = (x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + 1e-6)) @ wdeq.T
+    with pymtp.load(path, n_ctx=64) as model, pymtp.TargetContext(model, n_ctx=64, n_batch=16) as ctx:
+        ctx.decode(toks, 0, output=np.ones(len(toks), dtype=np.uint8))
+        batch = ctx.logits()[: len(toks)].copy()
+        for i in range(len(toks)):
+            nmse = np.mean((batch[i] - want[i]) ** 2) / np.mean(want[i] ** 2)
+            assert nmse < NMSE[QT.Q6_K], f"row {i}: normalized squared error {nmse:.3g} against float64"
+        for i in range(len(toks)):
+            ctx.seq_rm(0)
+            ctx.decode([toks[i]], 0, output=np.ones(1, dtype=np.uint8))
+            np.testing.assert_array_equal(ctx.logits()[0], batch[i], err_msg=f"row {i} of 11 against the row alone")
+
+
+def _extreme_q6_K_blocks(qtype: QT, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """Q6_K blocks at the ends of every range: quants 0 or 63 (-32 or 31), scales -128 or 127."""
+    assert qtype == QT.Q6_K
+    nb = rows * cols // 256
+    ends = rng.integers(0, 2, (nb, 192), dtype=np.uint8) * np.uint8(0xFF)  # ql and qh, all bits 0 or 1
+    scales = np.where(rng.integers(0, 2, (nb, 16)) == 1, 127, -128).astype(np.int8).view(np.uint8)
+    d = rng.uniform(0.00001, 0.00005, nb).astype(np.float16).view(np.uint8).reshape(nb, 2)
+    return np.concatenate([ends, scales, d], axis=1).reshape(rows, cols // 256 * 210)
+
+
+@pytest.mark.parametrize("n_vocab_extra", [0, 3], ids=["304rows-repacked", "307rows-plain"])
+def test_q6_K_at_the_ends_of_its_ranges(tmp_path, monkeypatch, n_vocab_extra):
+    """Q6_K weights whose quants and scales all sit at their extremes: no integer in the
+    kernels saturates (agreement with float64) and rows do not depend on the batch."""
+    monkeypatch.setattr(f"{__name__}._random_blocks", _extreme_q6_K_blocks)
+    test_matmul_agrees_with_float64_and_rows_do_not_depend_on_the_batch(tmp_path, QT.Q6_K, n_vocab_extra, 1024)
