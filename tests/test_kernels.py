@@ -246,3 +246,41 @@ def test_rows_of_a_batch_equal_rows_decoded_alone(quantized, ftype, prefix):
             batch = ctx.logits()[:n]
             for i in range(n):
                 np.testing.assert_array_equal(batch[i], alone[i], err_msg=f"row {i} of a {n}-row decode")
+
+
+def test_repacked_q6_K_prefill_rows_equal_the_rows_alone(quantized):
+    """Repacked Q6_K (block_q6_Kx8, patch 0008 on x86: every weight matrix of a Q6_K file but
+    the output matrix): every product goes through the small-batch kernel, a prefill in groups
+    of 8 rows on activations quantized one row at a time. So an 11-row prefill (a group of 8
+    and one of 3; attention of fewer than 64 rows is invariant, 0005) leaves the same K/V and
+    hidden rows as 11 one-row decodes: the last row's logits (the output matrix at one row
+    both ways) are bitwise equal."""
+    toks = [int(t) for t in np.random.default_rng(11).integers(0, 256, 11)]
+    with pymtp.load(quantized("Q6_K"), n_ctx=64) as model, pymtp.TargetContext(model, n_ctx=64, n_batch=16) as ctx:
+        last = np.zeros(len(toks), dtype=np.uint8)
+        last[-1] = 1
+        ctx.decode(toks, 0, output=last)
+        batch = ctx.logits()[0].copy()
+        ctx.seq_rm(0)
+        for i, t in enumerate(toks):
+            ctx.decode([t], i, output=np.ones(1, dtype=np.uint8))
+        np.testing.assert_array_equal(ctx.logits()[0], batch, err_msg="last row of an 11-row prefill against 11 decodes")
+
+def _extreme_q6_K_blocks(qtype: QT, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """Q6_K blocks at the ends of every range: quants 0 or 63 (-32 or 31), scales -128 or 127."""
+    assert qtype == QT.Q6_K
+    nb = rows * cols // 256
+    ends = rng.integers(0, 2, (nb, 192), dtype=np.uint8) * np.uint8(0xFF)  # ql and qh, all bits 0 or 1
+    scales = np.where(rng.integers(0, 2, (nb, 16)) == 1, 127, -128).astype(np.int8).view(np.uint8)
+    d = rng.uniform(0.00001, 0.00005, nb).astype(np.float16).view(np.uint8).reshape(nb, 2)
+    return np.concatenate([ends, scales, d], axis=1).reshape(rows, cols // 256 * 210)
+
+
+@pytest.mark.parametrize("n_vocab_extra", [0, 3], ids=["304rows", "307rows"])
+def test_q6_K_at_the_ends_of_its_ranges(tmp_path, monkeypatch, n_vocab_extra):
+    """Q6_K weights whose quants and scales all sit at their extremes: no integer in the
+    small-batch tile saturates (agreement with float64) and rows do not depend on the batch.
+    (The output matrix stays in the plain layout; tools/kernel_bench/bench_q6kx8.cpp holds the
+    repacked kernel to the same extremes.)"""
+    monkeypatch.setattr(f"{__name__}._random_blocks", _extreme_q6_K_blocks)
+    test_matmul_agrees_with_float64_and_rows_do_not_depend_on_the_batch(tmp_path, QT.Q6_K, n_vocab_extra, 1024)
