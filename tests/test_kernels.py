@@ -264,7 +264,10 @@ def test_repacked_q6_K_prefill_rows_equal_the_rows_alone(quantized):
         ctx.seq_rm(0)
         for i, t in enumerate(toks):
             ctx.decode([t], i, output=np.ones(1, dtype=np.uint8))
-        np.testing.assert_array_equal(ctx.logits()[0], batch, err_msg="last row of an 11-row prefill against 11 decodes")
+        np.testing.assert_array_equal(
+            ctx.logits()[0], batch, err_msg="last row of an 11-row prefill against 11 decodes"
+        )
+
 
 def _extreme_q6_K_blocks(qtype: QT, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
     """Q6_K blocks at the ends of every range: quants 0 or 63 (-32 or 31), scales -128 or 127."""

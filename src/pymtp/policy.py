@@ -155,7 +155,9 @@ class AutoPolicy:
         self.cutting = True  # whether the drafts are under the confidence cut (or all drafted)
         self._retime = 0  # a draft length to draft again, to time it without the head's catch-up
         self._retiming = False
-        self._stretch: tuple | None = None  # this step's k + 1 draft, to judge (_judge_stretch)
+        self._stretch: tuple[int, float, float, float, float] | None = (
+            None  # this step's k + 1 draft, to judge (_judge_stretch)
+        )
         self._free_run = 0  # drafts under the cut since the last one without it
         self._pos = 0
         self._rows_before = 0
@@ -407,7 +409,8 @@ class AutoPolicy:
             if would:
                 self.acceptance.update(would, min(n_accepted, would), weight)
         if self._stretch is not None:
-            self._judge_stretch(n_drafted, t_verify)
+            self._judge_stretch(self._stretch, n_drafted, t_verify)
+            self._stretch = None
         if decodes:
             if self.catching_up and self.costs.draft_timings(self.mode) < RETIME_UNTIL:
                 self._retime = decodes
@@ -432,15 +435,14 @@ class AutoPolicy:
         self._missed = 0 if decodes else self._missed + n_accepted + 1
         self.asked = 0
 
-    def _judge_stretch(self, n_drafted: int, t_verify: float) -> None:
+    def _judge_stretch(self, stretch: tuple[int, float, float, float, float], n_drafted: int, t_verify: float) -> None:
         """After a draft one token longer than the best (its length n, expected tokens and
         seconds, its verify's predicted seconds, the best length's rate): had the verify been
         predicted at the seconds it took, would n have earned more than the best? Then the next
         comes PROBE_FIRST steps later (the calibration was wrong: a few timings correct it); else
         after twice the last gap, up to PROBE_MAX. (In a Batch the verify is the step's: texts
         that chose later add rows, which errs towards backing off.)"""
-        n, gain, cost, predicted, best_tps = self._stretch
-        self._stretch = None
+        n, gain, cost, predicted, best_tps = stretch
         if n_drafted != n or t_verify <= 0.0:  # (a short draft or an untimed verify: no verdict)
             return
         clock = self.probes
