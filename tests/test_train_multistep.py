@@ -139,7 +139,8 @@ def test_loss_is_zero_only_when_the_head_matches_the_teacher():
     assert float(kl2) > 0.01
 
 
-def test_chain_loss_weights_steps_and_masks_the_crop_end():
+def _chain_case():
+    """A small random head and a 2 x 12 batch of teacher targets (top-4) for chain_loss."""
     torch.manual_seed(0)
     cfg = HeadConfig(n_vocab=50, n_embd=32, n_head=4, n_head_kv=2, n_ff_exp=16, n_expert_shared=1)
     head = NextNHead(cfg)
@@ -151,6 +152,12 @@ def test_chain_loss_weights_steps_and_masks_the_crop_end():
     ids = torch.randint(0, 50, (B, L, K))
     logp = torch.log_softmax(torch.randn(B, L, K), -1)
     mask = torch.ones(B, L, dtype=torch.bool)
+    return head, W, vocab, toks, hid, ids, logp, mask
+
+
+def test_chain_loss_weights_steps_and_masks_the_crop_end():
+    head, W, vocab, toks, hid, ids, logp, mask = _chain_case()
+    B, L = toks.shape
     loss, figs = multistep.chain_loss(head, W, vocab, toks, hid, ids, logp, mask, 3)
     assert [f["rows"] <= B * (L - k) for k, f in enumerate(figs, 1)] == [True] * 3
     assert figs[0]["rows"] > figs[2]["rows"]
@@ -196,17 +203,7 @@ def test_the_top1_term_is_the_cross_entropy_and_pushes_toward_the_argmax():
 
 
 def test_chain_loss_adds_the_weighted_top1_term():
-    torch.manual_seed(0)
-    cfg = HeadConfig(n_vocab=50, n_embd=32, n_head=4, n_head_kv=2, n_ff_exp=16, n_expert_shared=1)
-    head = NextNHead(cfg)
-    W = torch.randn(50, 32)
-    vocab = multistep.DraftVocab(torch.arange(0, 50, 2), 50)
-    B, L, K = 2, 12, 4
-    toks = torch.randint(0, 50, (B, L))
-    hid = torch.randn(B, L, 32)
-    ids = torch.randint(0, 50, (B, L, K))
-    logp = torch.log_softmax(torch.randn(B, L, K), -1)
-    mask = torch.ones(B, L, dtype=torch.bool)
+    head, W, vocab, toks, hid, ids, logp, mask = _chain_case()
     soft, figs = multistep.chain_loss(head, W, vocab, toks, hid, ids, logp, mask, 3)
     hard, figs_h = multistep.chain_loss(head, W, vocab, toks, hid, ids, logp, mask, 3, hard_weight=0.5)
     w = np.array([1, 0.6, 0.36])
