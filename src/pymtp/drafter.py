@@ -85,7 +85,9 @@ class Drafter:
       (returns how many it kept); ``write_count()``: changes to its own cache, if it has one;
       ``configure(spec)``: the SpecConfig of the generations that follow;
     * ``save()`` / ``load(saved)``: its state at the end of the text, to resume that text
-      later (a cached conversation); drafters that keep none return None.
+      later (a cached conversation); drafters that keep none return None;
+    * ``keep_row_at(pos)``: the prompt ends at pos (an MTP head keeps the row it pairs with,
+      for a later prompt that keeps exactly these positions).
     """
 
     max_draft = 16
@@ -133,3 +135,6 @@ class Drafter:
 
     def load(self, saved: object) -> None:
         self.reset()
+
+    def keep_row_at(self, pos: int) -> None:
+        pass

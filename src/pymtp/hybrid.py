@@ -132,6 +132,9 @@ class HybridDrafter(Drafter):
     def truncate(self, n_keep: int) -> int:
         return self.mtp.truncate(n_keep)
 
+    def keep_row_at(self, pos: int) -> None:
+        self.mtp.keep_row_at(pos)
+
     @property
     def row_before_cut(self) -> bool:  # type: ignore[override]  # the head's answer, after its truncate
         return self.mtp.row_before_cut

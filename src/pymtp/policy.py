@@ -155,9 +155,8 @@ class AutoPolicy:
         self.cutting = True  # whether the drafts are under the confidence cut (or all drafted)
         self._retime = 0  # a draft length to draft again, to time it without the head's catch-up
         self._retiming = False
-        self._stretch: tuple[int, float, float, float, float] | None = (
-            None  # this step's k + 1 draft, to judge (_judge_stretch)
-        )
+        # this step's k + 1 draft, to judge (_judge_stretch)
+        self._stretch: tuple[int, float, float, float, float] | None = None
         self._free_run = 0  # drafts under the cut since the last one without it
         self._pos = 0
         self._rows_before = 0

@@ -186,7 +186,7 @@ class MTPSpeculator:
         self.stats.reuse_miss = why
         self._prefill(body, p0, hand_off=True)
         self.n_past = len(body)
-        if isinstance(self.drafter, MTPDrafter):
+        if self.drafter:
             self.drafter.keep_row_at(self.n_past)  # the same prompt again needs no re-decode
         if self.model.is_recurrent and p0 < len(body):
             # the recurrent state exists here now and nowhere else: keep a copy for a later
